@@ -1,0 +1,128 @@
+package comm
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Operation names used in errors.
+const (
+	OpAllgatherv = "allgatherv"
+	OpAllreduce  = "allreduce"
+	OpBroadcast  = "broadcast"
+	OpBarrier    = "barrier"
+)
+
+func checkView(op, name string, v View) error {
+	if err := v.validate(op, name); err != nil {
+		return err
+	}
+	if s := v.Type.Size(); s > 1 && len(v.Bytes) > 0 && uintptr(unsafe.Pointer(&v.Bytes[0]))%uintptr(s) != 0 {
+		return &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("%s is not aligned to its %v elements", name, v.Type)}
+	}
+	return nil
+}
+
+// CheckAllgatherv validates the arguments of an Allgatherv call on rank of a
+// communicator of the given size, as every backend must before sending
+// anything. It returns the total number of elements, sum(counts).
+func CheckAllgatherv(rank, size int, send, recv View, counts, displs []int) (int, error) {
+	const op = OpAllgatherv
+	if err := checkView(op, "send", send); err != nil {
+		return 0, err
+	}
+	if err := checkView(op, "recv", recv); err != nil {
+		return 0, err
+	}
+	if send.Type != recv.Type {
+		return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("send is %v but recv is %v", send.Type, recv.Type)}
+	}
+	if len(counts) != size {
+		return 0, &InvalidBufferSizeError{Operation: op, Expected: size, Actual: len(counts), Detail: "len(counts) must equal the communicator size"}
+	}
+	if len(displs) != size {
+		return 0, &InvalidBufferSizeError{Operation: op, Expected: size, Actual: len(displs), Detail: "len(displs) must equal the communicator size"}
+	}
+	if rank < 0 || rank >= size {
+		return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("rank %d outside 0..%d", rank, size-1)}
+	}
+	if send.Len() != counts[rank] {
+		return 0, &InvalidBufferSizeError{Operation: op, Expected: counts[rank], Actual: send.Len(), Detail: fmt.Sprintf("len(send) must equal counts[%d]", rank)}
+	}
+	total := 0
+	sorted := true
+	prevEnd := 0
+	n := recv.Len()
+	for r := 0; r < size; r++ {
+		c, d := counts[r], displs[r]
+		if c < 0 {
+			return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("counts[%d] = %d is negative", r, c)}
+		}
+		if d < 0 {
+			return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("displs[%d] = %d is negative", r, d)}
+		}
+		if d > n || c > n-d {
+			return 0, &InvalidBufferSizeError{Operation: op, Expected: d + c, Actual: n, Detail: fmt.Sprintf("recv too small for rank %d's region [%d, %d)", r, d, d+c)}
+		}
+		total += c
+		if c > 0 {
+			if d < prevEnd {
+				sorted = false
+			}
+			prevEnd = d + c
+		}
+	}
+	if !sorted {
+		// Regions are not in increasing order: compare every pair.
+		for a := 0; a < size; a++ {
+			for b := a + 1; b < size; b++ {
+				if counts[a] == 0 || counts[b] == 0 {
+					continue
+				}
+				if displs[a] < displs[b]+counts[b] && displs[b] < displs[a]+counts[a] {
+					return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("recv regions of rank %d [%d, %d) and rank %d [%d, %d) overlap",
+						a, displs[a], displs[a]+counts[a], b, displs[b], displs[b]+counts[b])}
+				}
+			}
+		}
+	}
+	return total, nil
+}
+
+// CheckAllreduce validates the arguments of an Allreduce call.
+func CheckAllreduce(send, recv View, op ReduceOp) error {
+	const name = OpAllreduce
+	if err := checkView(name, "send", send); err != nil {
+		return err
+	}
+	if err := checkView(name, "recv", recv); err != nil {
+		return err
+	}
+	if send.Type != recv.Type {
+		return &InvalidArgumentError{Operation: name, Message: fmt.Sprintf("send is %v but recv is %v", send.Type, recv.Type)}
+	}
+	if !op.Valid() {
+		return &InvalidArgumentError{Operation: name, Message: fmt.Sprintf("unknown reduction operator %v", op)}
+	}
+	if op == BitwiseOr && !send.Type.IsInteger() {
+		return &InvalidArgumentError{Operation: name, Message: fmt.Sprintf("bitwise-or is defined for integer types only, not %v", send.Type)}
+	}
+	if send.Len() != recv.Len() {
+		return &InvalidBufferSizeError{Operation: name, Expected: send.Len(), Actual: recv.Len(), Detail: "len(recv) must equal len(send)"}
+	}
+	if send.Len() == 0 {
+		return &InvalidBufferSizeError{Operation: name, Expected: 1, Actual: 0, Detail: "send and recv must not be empty"}
+	}
+	return nil
+}
+
+// CheckBroadcast validates the arguments of a Broadcast call.
+func CheckBroadcast(buf View, root, size int) error {
+	if err := checkView(OpBroadcast, "buf", buf); err != nil {
+		return err
+	}
+	if root < 0 || root >= size {
+		return &InvalidRootError{Root: root, Size: size}
+	}
+	return nil
+}

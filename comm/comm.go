@@ -1,0 +1,43 @@
+package comm
+
+import "context"
+
+// Communicator is a group of Size() ranks that run collectives together.
+// Every method may be called from one goroutine at a time per communicator;
+// collectives on one communicator are not concurrent-safe with each other.
+// Close may be called at any time from any goroutine and unblocks a running
+// collective.
+type Communicator interface {
+	// Rank returns this process's rank, 0..Size()-1.
+	Rank() int
+	// Size returns the number of ranks.
+	Size() int
+	// Allgatherv gathers every rank's send into recv at displs[r] (in
+	// elements). See the package doc for the exact contract.
+	Allgatherv(ctx context.Context, send, recv View, counts, displs []int) error
+	// Allreduce reduces send element-wise across ranks, in rank order, into
+	// recv on every rank.
+	Allreduce(ctx context.Context, send, recv View, op ReduceOp) error
+	// Broadcast copies root's buf into every rank's buf.
+	Broadcast(ctx context.Context, buf View, root int) error
+	// Barrier returns once every rank has entered it.
+	Barrier(ctx context.Context) error
+	// Close releases the communicator's resources. It always returns
+	// promptly; later calls return ErrInvalidCommunicator.
+	Close() error
+}
+
+// Allgatherv is the typed form of Communicator.Allgatherv.
+func Allgatherv[T Elem](ctx context.Context, c Communicator, send, recv []T, counts, displs []int) error {
+	return c.Allgatherv(ctx, ViewOf(send), ViewOf(recv), counts, displs)
+}
+
+// Allreduce is the typed form of Communicator.Allreduce.
+func Allreduce[T Elem](ctx context.Context, c Communicator, send, recv []T, op ReduceOp) error {
+	return c.Allreduce(ctx, ViewOf(send), ViewOf(recv), op)
+}
+
+// Broadcast is the typed form of Communicator.Broadcast.
+func Broadcast[T Elem](ctx context.Context, c Communicator, buf []T, root int) error {
+	return c.Broadcast(ctx, ViewOf(buf), root)
+}

@@ -1,0 +1,42 @@
+// Package comm defines the starcomm collective-communication API: the
+// Communicator interface every backend implements, the typed generic helpers
+// programs call (Allgatherv, Allreduce, Broadcast), the reduction operators,
+// the element types, the error types of the spec's error table, and the
+// single-rank local backend.
+//
+// # Buffers
+//
+// A Communicator works on Views: a raw byte slice plus its element type. The
+// generic helpers build Views over the caller's typed slices without copying
+// (ViewOf), so a backend receives straight into the caller's memory. Counts
+// and displacements are always in elements, never bytes. Backends never keep
+// a reference to a View after the call returns, and never write to a send
+// buffer.
+//
+// # Semantics shared by every backend
+//
+//   - Allgatherv: rank r contributes send (len == counts[r]); on return recv
+//     holds rank r's data at [displs[r], displs[r]+counts[r]) for every r.
+//     Elements of recv outside those regions are left untouched. Regions must
+//     lie inside recv and must not overlap.
+//   - Allreduce: element-wise reduction of every rank's send, applied in rank
+//     order 0, 1, ..., R-1 (acc = send₀; acc = op(acc, send_r)), so the result
+//     is bit-for-bit deterministic and identical on every rank. Min and Max
+//     follow Go's built-in min and max (a NaN operand gives NaN; -0 < +0);
+//     integer Sum wraps; BitwiseOr accepts integer types only.
+//   - Broadcast: root's buf is copied into every other rank's buf.
+//   - Barrier: no rank returns before every rank has entered.
+//
+// All ranks must call the same collectives in the same order with matching
+// arguments; collectives are matched by order alone.
+//
+// # Errors
+//
+// Precondition violations (wrong lengths, bad root, bad op for the type) are
+// reported on the calling rank before anything is sent, and leave the
+// communicator usable. Any failure after communication has started is
+// fail-stop: the collective returns a *CollectiveFailedError (or
+// *InvalidBufferSizeError when a peer's frame length disagrees), and every
+// later call returns an error at once. Close always returns promptly; after
+// Close every call returns ErrInvalidCommunicator.
+package comm

@@ -1,0 +1,163 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrInvalidCommunicator is returned by every method of a Communicator that
+// has been closed.
+var ErrInvalidCommunicator = errors.New("comm: invalid communicator (closed)")
+
+// CollectiveFailedError reports a collective that could not complete: a peer
+// crashed, hung, reset or cut off the connection, sent an unexpected frame,
+// or the caller's context was cancelled. It is the spec's
+// CommError::CollectiveFailed. Err keeps the cause for errors.Is
+// (os.ErrDeadlineExceeded, io.EOF, io.ErrUnexpectedEOF, syscall.ECONNRESET,
+// context.Canceled, ...).
+type CollectiveFailedError struct {
+	// Operation is the collective that failed: "allgatherv", "allreduce",
+	// "broadcast", "barrier".
+	Operation string
+	// Code is the MPI error code; always 0 for starcomm's backends.
+	Code int
+	// Message describes the failure for logs.
+	Message string
+	// Rank is the rank at fault (the peer that failed, or this rank when its
+	// own context was cancelled), or -1 when unknown.
+	Rank int
+	// Err is the underlying cause, if any.
+	Err error
+}
+
+func (e *CollectiveFailedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "comm: %s failed", e.Operation)
+	if e.Rank >= 0 {
+		fmt.Fprintf(&b, " (rank %d)", e.Rank)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	if e.Err != nil && !strings.Contains(e.Message, e.Err.Error()) {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *CollectiveFailedError) Unwrap() error { return e.Err }
+
+// InvalidBufferSizeError reports a buffer whose length does not match what
+// the operation requires: a precondition violated by the caller (lengths in
+// elements), or a frame from a peer whose length disagrees with this rank's
+// arguments (Unit "bytes": the payload length in bytes).
+type InvalidBufferSizeError struct {
+	// Operation is the collective.
+	Operation string
+	// Expected is the length the operation required.
+	Expected int
+	// Actual is the length it got.
+	Actual int
+	// Unit is "elements" (the default when empty) or "bytes".
+	Unit string
+	// Detail names the buffer or frame, e.g. "recv" or "frame from rank 2".
+	Detail string
+}
+
+func (e *InvalidBufferSizeError) Error() string {
+	unit := e.Unit
+	if unit == "" {
+		unit = "elements"
+	}
+	what := ""
+	if e.Detail != "" {
+		what = " (" + e.Detail + ")"
+	}
+	return fmt.Sprintf("comm: %s: invalid buffer size%s: expected %d %s, got %d", e.Operation, what, e.Expected, unit, e.Actual)
+}
+
+// InvalidRootError reports a broadcast root outside 0..Size-1.
+type InvalidRootError struct {
+	Root int
+	Size int
+}
+
+func (e *InvalidRootError) Error() string {
+	return fmt.Sprintf("comm: broadcast: invalid root %d for communicator of size %d (want 0..%d)", e.Root, e.Size, e.Size-1)
+}
+
+// InvalidArgumentError reports an argument that is wrong in a way other than
+// a length: an operator the element type does not support, an unknown element
+// type, overlapping allgatherv regions, mismatched send and recv types.
+type InvalidArgumentError struct {
+	Operation string
+	Message   string
+}
+
+func (e *InvalidArgumentError) Error() string {
+	return fmt.Sprintf("comm: %s: invalid argument: %s", e.Operation, e.Message)
+}
+
+// AllocationFailedError reports a shared-memory region that could not be
+// allocated.
+type AllocationFailedError struct {
+	RequestedBytes int
+	Message        string
+}
+
+func (e *AllocationFailedError) Error() string {
+	return fmt.Sprintf("comm: allocation of %d bytes failed: %s", e.RequestedBytes, e.Message)
+}
+
+// InitializationFailedError reports a backend that could not be started: the
+// handshake was refused, the coordinator was never reached, a listen failed.
+// It is the spec's BackendError::InitializationFailed.
+type InitializationFailedError struct {
+	// Backend is the backend's name ("tcp", "star", ...).
+	Backend string
+	// Err is the cause.
+	Err error
+}
+
+func (e *InitializationFailedError) Error() string {
+	return fmt.Sprintf("comm: %s backend initialization failed: %v", e.Backend, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *InitializationFailedError) Unwrap() error { return e.Err }
+
+// MissingConfigurationError lists every required configuration variable that
+// was not set, all at once.
+type MissingConfigurationError struct {
+	Backend     string
+	MissingVars []string
+}
+
+func (e *MissingConfigurationError) Error() string {
+	return fmt.Sprintf("comm: %s backend: missing required configuration: %s", e.Backend, strings.Join(e.MissingVars, ", "))
+}
+
+// InvalidBackendError reports an unknown backend name.
+type InvalidBackendError struct {
+	Name      string
+	Available []string
+}
+
+func (e *InvalidBackendError) Error() string {
+	return fmt.Sprintf("comm: unknown backend %q (available: %s)", e.Name, strings.Join(e.Available, ", "))
+}
+
+// BackendNotAvailableError reports a known backend that cannot be used in
+// this build or on this host.
+type BackendNotAvailableError struct {
+	Backend string
+	Reason  string
+}
+
+func (e *BackendNotAvailableError) Error() string {
+	return fmt.Sprintf("comm: backend %q is not available: %s", e.Backend, e.Reason)
+}

@@ -1,0 +1,82 @@
+package comm
+
+import "unsafe"
+
+// Reduce applies acc[i] = op(acc[i], in[i]) element-wise, treating both byte
+// slices as elements of type dt in native byte order. Both must hold the same
+// whole number of aligned elements (as checked by CheckAllreduce). Backends
+// call it once per rank, in rank order, which makes float results
+// deterministic. It panics only on programming errors (unknown dt or op),
+// which CheckAllreduce rules out.
+func Reduce(dt DType, op ReduceOp, acc, in []byte) {
+	if len(acc) == 0 {
+		return
+	}
+	switch dt {
+	case Float64:
+		reduceFloat(op, cast[float64](acc), cast[float64](in))
+	case Float32:
+		reduceFloat(op, cast[float32](acc), cast[float32](in))
+	case Int64:
+		reduceInt(op, cast[int64](acc), cast[int64](in))
+	case Int32:
+		reduceInt(op, cast[int32](acc), cast[int32](in))
+	case Uint64:
+		reduceInt(op, cast[uint64](acc), cast[uint64](in))
+	case Uint32:
+		reduceInt(op, cast[uint32](acc), cast[uint32](in))
+	case Uint8:
+		reduceInt(op, acc, in)
+	default:
+		panic("comm.Reduce: invalid element type " + dt.String())
+	}
+}
+
+func cast[T Elem](b []byte) []T {
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(z)))
+}
+
+func reduceFloat[T float64 | float32](op ReduceOp, acc, in []T) {
+	in = in[:len(acc)]
+	switch op {
+	case Sum:
+		for i := range acc {
+			acc[i] += in[i]
+		}
+	case Min:
+		for i := range acc {
+			acc[i] = min(acc[i], in[i])
+		}
+	case Max:
+		for i := range acc {
+			acc[i] = max(acc[i], in[i])
+		}
+	default:
+		panic("comm.Reduce: operator " + op.String() + " is not defined for floats")
+	}
+}
+
+func reduceInt[T int64 | int32 | uint64 | uint32 | uint8](op ReduceOp, acc, in []T) {
+	in = in[:len(acc)]
+	switch op {
+	case Sum:
+		for i := range acc {
+			acc[i] += in[i]
+		}
+	case Min:
+		for i := range acc {
+			acc[i] = min(acc[i], in[i])
+		}
+	case Max:
+		for i := range acc {
+			acc[i] = max(acc[i], in[i])
+		}
+	case BitwiseOr:
+		for i := range acc {
+			acc[i] |= in[i]
+		}
+	default:
+		panic("comm.Reduce: invalid operator " + op.String())
+	}
+}

@@ -1,0 +1,67 @@
+// Package transport defines the minimal byte-stream connection that the star
+// protocol runs over, and the listener and dialer that produce it. A driver
+// (transport/tcp, transport/pipe, transport/faulty) implements these three
+// interfaces and nothing else; framing, handshakes and collectives live in
+// package star.
+//
+// Contract every driver keeps (the same as net.Conn's):
+//   - Read and Write follow io.Reader and io.Writer; Write returns a non-nil
+//     error when it writes fewer than len(p) bytes.
+//   - Deadlines apply to pending and future I/O; an I/O call that hits one
+//     returns an error satisfying errors.Is(err, os.ErrDeadlineExceeded).
+//   - Close unblocks pending Read and Write calls on both ends; the peer's
+//     Read then returns io.EOF once buffered data is consumed.
+//   - A dial to an address where nobody listens fails with an error that
+//     wraps syscall.ECONNREFUSED.
+package transport
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Conn is a bidirectional byte stream with deadlines.
+type Conn interface {
+	io.Reader
+	io.Writer
+	io.Closer
+	// SetDeadline sets both the read and write deadlines; the zero time
+	// means no deadline.
+	SetDeadline(t time.Time) error
+	// SetReadDeadline sets the deadline for Read calls.
+	SetReadDeadline(t time.Time) error
+	// SetWriteDeadline sets the deadline for Write calls.
+	SetWriteDeadline(t time.Time) error
+}
+
+// BuffersWriter is an optional ability of a Conn: write several buffers as
+// one gathered write (writev), returning the bytes written. Star uses it, when
+// present, to send a frame header and its payload in one system call.
+type BuffersWriter interface {
+	WriteBuffers(bufs [][]byte) (int64, error)
+}
+
+// Listener accepts incoming connections.
+type Listener interface {
+	// Accept waits for the next connection. After Close it returns an error
+	// wrapping net.ErrClosed (or the driver's equivalent) at once.
+	Accept() (Conn, error)
+	// Close stops listening and unblocks Accept.
+	Close() error
+	// Addr returns the address workers dial to reach this listener
+	// (host:port for TCP, the name for pipe).
+	Addr() string
+}
+
+// Dialer opens connections.
+type Dialer interface {
+	// Dial connects to addr, giving up when ctx is done.
+	Dial(ctx context.Context, addr string) (Conn, error)
+}
+
+// DialerFunc adapts a function to the Dialer interface.
+type DialerFunc func(ctx context.Context, addr string) (Conn, error)
+
+// Dial calls f.
+func (f DialerFunc) Dial(ctx context.Context, addr string) (Conn, error) { return f(ctx, addr) }

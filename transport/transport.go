@@ -42,6 +42,14 @@ type BuffersWriter interface {
 	WriteBuffers(bufs [][]byte) (int64, error)
 }
 
+// CloseWriter is an optional ability of a Conn: shut down the writing side
+// (TCP's half-close) so the peer reads EOF after the data already sent,
+// while this end can still read. Star uses it when ending a link so that a
+// final Abort or Shutdown frame is not lost to a connection reset.
+type CloseWriter interface {
+	CloseWrite() error
+}
+
 // Listener accepts incoming connections.
 type Listener interface {
 	// Accept waits for the next connection. After Close it returns an error

@@ -1,0 +1,97 @@
+package star
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/starcomm/starcomm/transport"
+)
+
+// Config configures one rank of a star communicator.
+type Config struct {
+	// Rank is this process's rank, 0..Size-1. Rank 0 is the coordinator.
+	Rank int
+	// Size is the number of ranks (>= 1).
+	Size int
+	// Timeout bounds every read and write of a collective (each call moves
+	// at most 4 MiB): a peer that sends nothing for this long is declared
+	// failed. The spec's COBRE_TCP_TIMEOUT_SECS; default 60 s.
+	Timeout time.Duration
+	// ConnectTimeout bounds start-up: a worker's dial and handshake, and the
+	// coordinator's wait for every worker to register. Default 30 s.
+	ConnectTimeout time.Duration
+	// HandshakeTimeout is how long the coordinator waits for an accepted
+	// connection's Handshake frame before dropping it. Default 10 s (never
+	// more than ConnectTimeout).
+	HandshakeTimeout time.Duration
+	// ShutdownTimeout bounds how long Close, and the abort that follows a
+	// failure, wait for a peer to take the final Shutdown or Abort frame.
+	// Default 1 s.
+	ShutdownTimeout time.Duration
+	// Listener is where the coordinator accepts workers (rank 0 with
+	// Size > 1). New takes ownership and closes it once every worker has
+	// registered, or on failure.
+	Listener transport.Listener
+	// Dialer connects a worker to the coordinator (ranks 1..Size-1).
+	Dialer transport.Dialer
+	// Addr is the coordinator's address, passed to Dialer.
+	Addr string
+}
+
+// DefaultConfig returns a Config with the default timeouts and no rank,
+// size or transport set.
+func DefaultConfig() Config {
+	return Config{
+		Timeout:          60 * time.Second,
+		ConnectTimeout:   30 * time.Second,
+		HandshakeTimeout: 10 * time.Second,
+		ShutdownTimeout:  time.Second,
+	}
+}
+
+// withDefaults fills zero durations with the defaults.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Timeout == 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = d.ConnectTimeout
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = d.HandshakeTimeout
+	}
+	c.HandshakeTimeout = min(c.HandshakeTimeout, c.ConnectTimeout)
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = d.ShutdownTimeout
+	}
+	return c
+}
+
+// Validate reports the first invalid field, by name. Zero durations are
+// valid (they mean the default).
+func (c Config) Validate() error {
+	switch {
+	case c.Size < 1:
+		return fmt.Errorf("star: Size is %d; it must be at least 1", c.Size)
+	case c.Rank < 0 || c.Rank >= c.Size:
+		return fmt.Errorf("star: Rank is %d; it must be in 0..%d for Size %d", c.Rank, c.Size-1, c.Size)
+	case c.Size > 1<<20:
+		return fmt.Errorf("star: Size is %d; at most %d ranks are supported", c.Size, 1<<20)
+	case c.Timeout < 0:
+		return fmt.Errorf("star: Timeout is %v; it must be positive", c.Timeout)
+	case c.ConnectTimeout < 0:
+		return fmt.Errorf("star: ConnectTimeout is %v; it must be positive", c.ConnectTimeout)
+	case c.HandshakeTimeout < 0:
+		return fmt.Errorf("star: HandshakeTimeout is %v; it must be positive", c.HandshakeTimeout)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("star: ShutdownTimeout is %v; it must be positive", c.ShutdownTimeout)
+	case c.Size > 1 && c.Rank == 0 && c.Listener == nil:
+		return fmt.Errorf("star: Listener is nil; the coordinator (rank 0) of a %d-rank communicator needs one", c.Size)
+	case c.Rank > 0 && c.Dialer == nil:
+		return fmt.Errorf("star: Dialer is nil; worker rank %d needs one to reach the coordinator", c.Rank)
+	case c.Rank > 0 && c.Addr == "":
+		return fmt.Errorf("star: Addr is empty; worker rank %d needs the coordinator's address", c.Rank)
+	}
+	return nil
+}

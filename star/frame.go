@@ -1,0 +1,353 @@
+package star
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/starcomm/starcomm/transport"
+)
+
+// Frame tags (spec section 4.2, plus the Abort extension of DESIGN.md).
+const (
+	TagAllgathervSend byte = 0x01
+	TagAllgathervRecv byte = 0x02
+	TagAllreduceSend  byte = 0x03
+	TagAllreduceRecv  byte = 0x04
+	TagBroadcast      byte = 0x05
+	TagBarrierReady   byte = 0x06
+	TagBarrierGo      byte = 0x07
+	TagHandshake      byte = 0x08
+	TagAck            byte = 0x09
+	TagShutdown       byte = 0x0A
+	TagAbort          byte = 0x0B
+)
+
+// HeaderSize is the size of LEN (4 bytes) plus TAG (1 byte).
+const HeaderSize = 5
+
+// MaxFrameLen is the largest LEN value (TAG + PAYLOAD bytes) a frame can
+// carry: LEN is a u32, so the payload is at most 2^32 - 2 bytes.
+const MaxFrameLen = 1<<32 - 1
+
+// MaxAbortReason bounds the reason carried by an Abort frame; a longer one
+// is a protocol error and is not read.
+const MaxAbortReason = 64 << 10
+
+// chunk bounds a single Read or Write call, so the per-operation deadline
+// (Config.Timeout) applies to at most this many bytes, not a whole frame.
+const chunk = 4 << 20
+
+// TagName returns the spec's name of a tag, for messages.
+func TagName(tag byte) string {
+	switch tag {
+	case TagAllgathervSend:
+		return "AllgathervSend"
+	case TagAllgathervRecv:
+		return "AllgathervRecv"
+	case TagAllreduceSend:
+		return "AllreduceSend"
+	case TagAllreduceRecv:
+		return "AllreduceRecv"
+	case TagBroadcast:
+		return "Broadcast"
+	case TagBarrierReady:
+		return "BarrierReady"
+	case TagBarrierGo:
+		return "BarrierGo"
+	case TagHandshake:
+		return "Handshake"
+	case TagAck:
+		return "Ack"
+	case TagShutdown:
+		return "Shutdown"
+	case TagAbort:
+		return "Abort"
+	}
+	return fmt.Sprintf("0x%02X", tag)
+}
+
+// PutHeader writes the 5-byte frame header for a frame with the given tag and
+// payload length into h.
+func PutHeader(h []byte, tag byte, payloadLen int) {
+	binary.BigEndian.PutUint32(h[0:4], uint32(payloadLen+1))
+	h[4] = tag
+}
+
+// ParseHeader decodes a frame header: the payload length (LEN - 1) and the
+// tag. LEN = 0 (no room for a tag) is an error.
+func ParseHeader(h []byte) (payloadLen int, tag byte, err error) {
+	n := binary.BigEndian.Uint32(h[0:4])
+	if n == 0 {
+		return 0, h[4], ErrZeroLength
+	}
+	return int(n - 1), h[4], nil
+}
+
+// ErrZeroLength is the cause when a frame header has LEN = 0, which leaves
+// no room for the tag.
+var ErrZeroLength = errors.New("star: frame with LEN 0 (no tag)")
+
+// ErrUnexpectedTag is the cause when a peer sends a frame whose tag is not
+// the one the protocol expects next.
+var ErrUnexpectedTag = errors.New("star: unexpected frame tag")
+
+// ErrShutdown is the cause when the coordinator shut the communicator down
+// (tag Shutdown) while this worker expected a collective.
+var ErrShutdown = errors.New("star: coordinator shut down")
+
+// ErrReduceOpMismatch is the cause when ranks call Allreduce with different
+// operators.
+var ErrReduceOpMismatch = errors.New("star: ranks disagree on the reduction operator")
+
+// AbortError is the cause carried by an Abort frame (tag 0x0B): the peer
+// refused a handshake or gave up on the communicator. Reason is the peer's
+// UTF-8 text; Rank is the rank it blames, parsed from a reason of the form
+// "rank N failed ...", or -1.
+type AbortError struct {
+	From   int
+	Rank   int
+	Reason string
+}
+
+func (e *AbortError) Error() string {
+	return fmt.Sprintf("aborted by rank %d: %s", e.From, e.Reason)
+}
+
+// blamedRank parses the rank named at the start of an abort reason.
+func blamedRank(reason string) int {
+	rest, ok := strings.CutPrefix(reason, "rank ")
+	if !ok {
+		return -1
+	}
+	end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if end <= 0 {
+		return -1
+	}
+	n, err := strconv.Atoi(rest[:end])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// frameError reports a frame that does not match what the receiver expects.
+type frameError struct {
+	kind     string // "tag", "length"
+	tag      byte   // received tag
+	want     byte   // expected tag
+	got      int    // received payload length
+	expected int    // expected payload length
+}
+
+func (e *frameError) Error() string {
+	if e.kind == "tag" {
+		return fmt.Sprintf("received %s frame, expected %s", TagName(e.tag), TagName(e.want))
+	}
+	return fmt.Sprintf("%s frame carries %d payload bytes, expected %d", TagName(e.tag), e.got, e.expected)
+}
+
+func (e *frameError) Unwrap() error {
+	if e.kind == "tag" {
+		return ErrUnexpectedTag
+	}
+	return nil
+}
+
+// link is one end of a coordinator-worker connection: the conn, the peer's
+// rank, and per-link scratch space so framing does not allocate.
+type link struct {
+	peer    int
+	conn    transport.Conn
+	bw      transport.BuffersWriter
+	timeout time.Duration
+
+	whdr  [HeaderSize + 1]byte
+	rhdr  [HeaderSize]byte
+	wbufs [][]byte
+	parts [][]byte
+	// wdirty is set when a write stopped mid-frame: the stream can no longer
+	// carry a well-formed frame, so no Abort is sent on it.
+	wdirty bool
+}
+
+func newLink(peer int, conn transport.Conn, timeout time.Duration) *link {
+	l := &link{peer: peer, conn: conn, timeout: timeout}
+	l.bw, _ = conn.(transport.BuffersWriter)
+	return l
+}
+
+// writeFrame sends one frame: the header, extra (0 or 1 bytes that belong to
+// the payload, e.g. the ReduceOp byte), then each part in order.
+func (l *link) writeFrame(tag byte, extra []byte, parts ...[]byte) error {
+	n := len(extra)
+	for _, p := range parts {
+		n += len(p)
+	}
+	PutHeader(l.whdr[:], tag, n)
+	copy(l.whdr[HeaderSize:], extra)
+	hdr := l.whdr[:HeaderSize+len(extra)]
+	l.wdirty = true
+	if err := l.writeAll(hdr, parts); err != nil {
+		return err
+	}
+	l.wdirty = false
+	return nil
+}
+
+// writeAll writes hdr and parts, at most chunk bytes per call, each call
+// under a fresh deadline. With a BuffersWriter each call is one writev.
+func (l *link) writeAll(hdr []byte, parts [][]byte) error {
+	bufs := append(l.wbufs[:0], hdr)
+	for _, p := range parts {
+		if len(p) > 0 {
+			bufs = append(bufs, p)
+		}
+	}
+	l.wbufs = bufs[:0]
+	for len(bufs) > 0 {
+		// Take up to chunk bytes from the front of bufs.
+		batch := l.parts[:0]
+		size := 0
+		for len(bufs) > 0 && size < chunk {
+			b := bufs[0]
+			if size+len(b) > chunk {
+				b = b[:chunk-size]
+				bufs[0] = bufs[0][len(b):]
+			} else {
+				bufs = bufs[1:]
+			}
+			batch = append(batch, b)
+			size += len(b)
+		}
+		l.parts = batch[:0]
+		if err := l.conn.SetWriteDeadline(time.Now().Add(l.timeout)); err != nil {
+			return err
+		}
+		if l.bw != nil && len(batch) > 1 {
+			if _, err := l.bw.WriteBuffers(batch); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, b := range batch {
+			if _, err := l.conn.Write(b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// readFull fills p, at most chunk bytes per deadline.
+func (l *link) readFull(p []byte) error {
+	for len(p) > 0 {
+		n := min(len(p), chunk)
+		if err := l.conn.SetReadDeadline(time.Now().Add(l.timeout)); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(l.conn, p[:n]); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// readHeader reads the next frame header. An EOF after part of the header is
+// io.ErrUnexpectedEOF; a clean EOF before it is io.EOF.
+func (l *link) readHeader() (payloadLen int, tag byte, err error) {
+	if err := l.readFull(l.rhdr[:]); err != nil {
+		return 0, 0, err
+	}
+	return ParseHeader(l.rhdr[:])
+}
+
+// readFrame reads a frame that must have tag want and a payload of exactly
+// the bytes of parts (in order), which it fills. An Abort or Shutdown frame
+// is turned into its error; any other tag, or a length that differs, is
+// refused without reading the payload.
+func (l *link) readFrame(want byte, parts ...[]byte) error {
+	n, tag, err := l.readHeader()
+	if err != nil {
+		return err
+	}
+	if tag != want {
+		return l.unexpected(tag, want, n)
+	}
+	expected := 0
+	for _, p := range parts {
+		expected += len(p)
+	}
+	if n != expected {
+		return &frameError{kind: "length", tag: tag, got: n, expected: expected}
+	}
+	for _, p := range parts {
+		if err := l.readFull(p); err != nil {
+			return unexpectedEOF(err)
+		}
+	}
+	return nil
+}
+
+// unexpected turns a frame with the wrong tag into an error: Abort frames
+// carry a reason (read if short enough), Shutdown means the coordinator
+// closed, anything else is a protocol error.
+func (l *link) unexpected(tag, want byte, n int) error {
+	switch {
+	case tag == TagAbort && n <= MaxAbortReason:
+		buf := make([]byte, n)
+		if err := l.readFull(buf); err != nil {
+			return unexpectedEOF(err)
+		}
+		return &AbortError{From: l.peer, Rank: blamedRank(string(buf)), Reason: string(buf)}
+	case tag == TagShutdown && n == 0 && want != TagHandshake:
+		return ErrShutdown
+	}
+	return &frameError{kind: "tag", tag: tag, want: want, got: n}
+}
+
+// unexpectedEOF maps an EOF in the middle of a frame to io.ErrUnexpectedEOF.
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// linger notifies the peer of the end of the link and closes it: it drains
+// whatever the peer is still writing (so a peer blocked in a write on an
+// unbuffered transport can move on and read), writes frame tag with payload
+// (unless a write was cut mid-frame), then waits up to grace for the peer
+// to close its end before closing ours.
+func (l *link) linger(tag byte, payload []byte, grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	drained := make(chan struct{})
+	_ = l.conn.SetReadDeadline(deadline)
+	go func() {
+		defer close(drained)
+		var buf [4096]byte
+		for {
+			if _, err := l.conn.Read(buf[:]); err != nil {
+				return
+			}
+		}
+	}()
+	if !l.wdirty {
+		_ = l.conn.SetWriteDeadline(deadline)
+		var h [HeaderSize]byte
+		PutHeader(h[:], tag, len(payload))
+		if _, err := l.conn.Write(h[:]); err == nil && len(payload) > 0 {
+			_, _ = l.conn.Write(payload)
+		}
+		if cw, ok := l.conn.(transport.CloseWriter); ok {
+			_ = cw.CloseWrite()
+		}
+	}
+	<-drained // the peer closed, or the read deadline passed
+	_ = l.conn.Close()
+}

@@ -1,0 +1,509 @@
+package star
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/starcomm/starcomm/comm"
+)
+
+// Comm is one rank of a star communicator. Rank 0 holds a link to every
+// worker; a worker holds one link to rank 0. Create it with New.
+type Comm struct {
+	cfg   Config
+	rank  int
+	size  int
+	links []*link // coordinator: links[r] for r in 1..size-1; nil on workers
+	up    *link   // worker: the link to the coordinator
+
+	opMu sync.Mutex // serialises collectives (and a graceful Close)
+
+	stateMu sync.Mutex
+	closed  bool
+	failed  error          // the first failure; the communicator is fail-stop after it
+	bg      sync.WaitGroup // links ending in the background after a failure
+
+	// Scratch reused across collectives so steady state does not allocate.
+	parts   [][]byte
+	scratch []uint64
+	opBytes []byte
+}
+
+var _ comm.Communicator = (*Comm)(nil)
+
+// New starts this rank: the coordinator (rank 0) accepts and handshakes
+// every worker on cfg.Listener; a worker dials cfg.Addr and handshakes. New
+// returns once this rank is ready for collectives, or an
+// *comm.InitializationFailedError. A communicator of size 1 opens no
+// connection (cfg.Listener, if any, is closed).
+func New(ctx context.Context, cfg Config) (*Comm, error) {
+	if err := cfg.Validate(); err != nil {
+		if cfg.Listener != nil {
+			_ = cfg.Listener.Close()
+		}
+		return nil, &comm.InitializationFailedError{Backend: "star", Err: err}
+	}
+	cfg = cfg.withDefaults()
+	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, opBytes: make([]byte, cfg.Size)}
+	switch {
+	case cfg.Size == 1:
+		if cfg.Listener != nil {
+			_ = cfg.Listener.Close()
+		}
+	case cfg.Rank == 0:
+		links, err := accept(ctx, cfg)
+		if err != nil {
+			return nil, &comm.InitializationFailedError{Backend: "star", Err: err}
+		}
+		c.links = links
+	default:
+		l, err := dial(ctx, cfg)
+		if err != nil {
+			return nil, &comm.InitializationFailedError{Backend: "star", Err: fmt.Errorf("rank %d: %w", cfg.Rank, err)}
+		}
+		c.up = l
+	}
+	return c, nil
+}
+
+// Rank returns this rank.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size returns the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+// Close ends the communicator. On an idle, healthy coordinator it sends
+// Shutdown to every worker and waits up to ShutdownTimeout for each to take
+// it; a worker closes its link. A collective running concurrently is
+// unblocked and fails. Close returns within about ShutdownTimeout and is
+// idempotent.
+func (c *Comm) Close() error {
+	c.stateMu.Lock()
+	if c.closed {
+		c.stateMu.Unlock()
+		return nil
+	}
+	c.closed = true
+	failed := c.failed
+	c.stateMu.Unlock()
+
+	if c.opMu.TryLock() {
+		if failed == nil {
+			if c.up != nil {
+				_ = c.up.conn.Close()
+			}
+			var wg sync.WaitGroup
+			for _, l := range c.links {
+				if l != nil {
+					wg.Go(func() { l.linger(TagShutdown, nil, c.cfg.ShutdownTimeout) })
+				}
+			}
+			wg.Wait()
+		}
+		c.opMu.Unlock()
+	} else {
+		// A collective is running: cut its links so it returns now.
+		c.closeAll()
+	}
+	c.bg.Wait()
+	return nil
+}
+
+func (c *Comm) closeAll() {
+	if c.up != nil {
+		_ = c.up.conn.Close()
+	}
+	for _, l := range c.links {
+		if l != nil {
+			_ = l.conn.Close()
+		}
+	}
+}
+
+// begin checks that a collective may start.
+func (c *Comm) begin(ctx context.Context, op string) error {
+	c.stateMu.Lock()
+	closed, failed := c.closed, c.failed
+	c.stateMu.Unlock()
+	if closed {
+		return comm.ErrInvalidCommunicator
+	}
+	if failed != nil {
+		rank := -1
+		var cf *comm.CollectiveFailedError
+		if errors.As(failed, &cf) {
+			rank = cf.Rank
+		}
+		return &comm.CollectiveFailedError{Operation: op, Rank: rank, Message: "communicator is fail-stop after an earlier failure", Err: failed}
+	}
+	if err := ctx.Err(); err != nil {
+		return &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done before the collective started", Err: err}
+	}
+	return nil
+}
+
+// linkError is a failure on the link to peer.
+type linkError struct {
+	peer int
+	err  error
+}
+
+func (e *linkError) Error() string { return fmt.Sprintf("link to rank %d: %v", e.peer, e.err) }
+func (e *linkError) Unwrap() error { return e.err }
+
+// watch makes ctx's cancellation interrupt every link of this rank. The
+// returned function stops watching and waits until an interrupt in progress
+// has finished.
+func (c *Comm) watch(ctx context.Context) func() {
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		c.interrupt()
+	})
+	return func() {
+		if !stop() {
+			<-done
+		}
+	}
+}
+
+// interrupt makes every pending read and write on this rank's links return
+// at once with a deadline error.
+func (c *Comm) interrupt() {
+	past := time.Unix(1, 0)
+	if c.up != nil {
+		_ = c.up.conn.SetDeadline(past)
+	}
+	for _, l := range c.links {
+		if l != nil {
+			_ = l.conn.SetDeadline(past)
+		}
+	}
+}
+
+// fail turns err from a collective into the error the caller sees, makes
+// the communicator fail-stop, and ends every link in the background: peers
+// that can still hear get an Abort frame naming the failed rank and cause.
+func (c *Comm) fail(ctx context.Context, op string, err error) error {
+	var out error
+	peer := -1
+	var le *linkError
+	if errors.As(err, &le) {
+		peer = le.peer
+		err = le.err
+	}
+	c.stateMu.Lock()
+	closed := c.closed
+	c.stateMu.Unlock()
+	var fe *frameError
+	var ab *AbortError
+	switch {
+	case closed:
+		out = &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "communicator closed during the collective", Err: comm.ErrInvalidCommunicator}
+	case ctx.Err() != nil:
+		out = &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done during the collective", Err: errors.Join(ctx.Err(), err)}
+	case errors.As(err, &fe) && fe.kind == "length":
+		out = &comm.InvalidBufferSizeError{Operation: op, Expected: fe.expected, Actual: fe.got, Unit: "bytes",
+			Detail: fmt.Sprintf("%s frame from rank %d; ranks disagree on the buffer sizes", TagName(fe.tag), peer)}
+	case errors.As(err, &ab):
+		blamed := ab.Rank
+		if blamed < 0 {
+			blamed = ab.From
+		}
+		out = &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("aborted by rank %d: %s", ab.From, ab.Reason), Err: ab}
+	case errors.Is(err, ErrShutdown):
+		out = &comm.CollectiveFailedError{Operation: op, Rank: 0, Message: "the coordinator shut the communicator down", Err: err}
+	default:
+		out = &comm.CollectiveFailedError{Operation: op, Rank: peer, Message: fmt.Sprintf("link to rank %d: %s", peer, describe(err, c.cfg.Timeout)), Err: err}
+	}
+
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if c.failed == nil {
+		c.failed = out
+	}
+	if c.closed {
+		return out
+	}
+	// Every link ends in the background with an Abort frame naming the rank
+	// at fault: a live peer learns the cause at once, a dead one costs
+	// nothing (the write fails), a hung one at most ShutdownTimeout.
+	reason := []byte(abortReason(c.rank, op, out))
+	ends := c.links
+	if c.up != nil {
+		ends = []*link{c.up}
+	}
+	for _, l := range ends {
+		if l != nil {
+			c.bg.Go(func() { l.linger(TagAbort, reason, c.cfg.ShutdownTimeout) })
+		}
+	}
+	return out
+}
+
+// abortReason is the text of the Abort frame sent to surviving peers: it
+// starts with "rank N failed" naming the rank at fault, which the receiver
+// parses (AbortError.Rank).
+func abortReason(self int, op string, err error) string {
+	var cf *comm.CollectiveFailedError
+	if errors.As(err, &cf) && cf.Rank >= 0 {
+		return fmt.Sprintf("rank %d failed during %s (seen by rank %d): %v", cf.Rank, op, self, err)
+	}
+	return fmt.Sprintf("rank %d failed during %s: %v", self, op, err)
+}
+
+// describe explains a link error in words.
+func describe(err error, timeout time.Duration) string {
+	var to interface{ Timeout() bool }
+	switch {
+	case errors.As(err, &to) && to.Timeout():
+		return fmt.Sprintf("no progress within the %v timeout (peer hung or unreachable): %v", timeout, err)
+	case errors.Is(err, io.EOF):
+		return "connection closed by the peer (crashed or exited)"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed in the middle of a frame (peer crashed)"
+	}
+	return err.Error()
+}
+
+// run executes one collective: the common checks, the context watch, and
+// the failure handling around body.
+func (c *Comm) run(ctx context.Context, op string, check func() error, body func() error) error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if err := c.begin(ctx, op); err != nil {
+		return err
+	}
+	if err := check(); err != nil {
+		return err
+	}
+	if c.size == 1 {
+		return body()
+	}
+	stop := c.watch(ctx)
+	err := body()
+	stop()
+	if err != nil {
+		return c.fail(ctx, op, err)
+	}
+	return nil
+}
+
+// fanIn runs f on every worker link concurrently. At the first failure it
+// interrupts the other links (reads are safe to cut), waits for all, and
+// returns that failure as a *linkError.
+func (c *Comm) fanIn(f func(l *link) error) error {
+	return c.fan(f, true, -1)
+}
+
+// fanOut runs f on every worker link except skip concurrently and returns
+// the first failure. Other links are left to finish: a worker that gets the
+// whole result has a correct result.
+func (c *Comm) fanOut(f func(l *link) error, skip int) error {
+	return c.fan(f, false, skip)
+}
+
+func (c *Comm) fan(f func(l *link) error, cut bool, skip int) error {
+	if c.size == 2 && skip != 1 {
+		if err := f(c.links[1]); err != nil {
+			return &linkError{peer: 1, err: err}
+		}
+		return nil
+	}
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for _, l := range c.links[1:] {
+		if l.peer == skip {
+			continue
+		}
+		wg.Go(func() {
+			if err := f(l); err != nil {
+				once.Do(func() {
+					first = &linkError{peer: l.peer, err: err}
+					if cut {
+						c.interrupt()
+					}
+				})
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// frameLimit checks that a payload of n bytes fits a frame.
+func frameLimit(op string, n int) error {
+	if uint64(n)+2 > MaxFrameLen {
+		return &comm.InvalidArgumentError{Operation: op, Message: fmt.Sprintf("payload of %d bytes exceeds the wire limit of %d bytes per frame", n, MaxFrameLen-2)}
+	}
+	return nil
+}
+
+// regions returns the byte slices of recv holding each rank's region, in
+// rank order, in c.parts.
+func (c *Comm) regions(recv comm.View, counts, displs []int) [][]byte {
+	es := recv.Type.Size()
+	parts := c.parts[:0]
+	for r := range counts {
+		parts = append(parts, recv.Bytes[displs[r]*es:(displs[r]+counts[r])*es])
+	}
+	c.parts = parts
+	return parts
+}
+
+// Allgatherv gathers every rank's send into recv (spec section 3.1).
+// Workers send AllgathervSend; the coordinator places each at displs[r] and
+// sends every worker one AllgathervRecv holding all regions in rank order.
+func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, displs []int) error {
+	var total int
+	check := func() (err error) {
+		total, err = comm.CheckAllgatherv(c.rank, c.size, send, recv, counts, displs)
+		if err == nil {
+			err = frameLimit(comm.OpAllgatherv, total*send.Type.Size())
+		}
+		return err
+	}
+	return c.run(ctx, comm.OpAllgatherv, check, func() error {
+		parts := c.regions(recv, counts, displs)
+		if c.rank != 0 {
+			if err := c.up.writeFrame(TagAllgathervSend, nil, send.Bytes); err != nil {
+				return &linkError{peer: 0, err: err}
+			}
+			if err := c.up.readFrame(TagAllgathervRecv, parts...); err != nil {
+				return &linkError{peer: 0, err: err}
+			}
+			return nil
+		}
+		copy(parts[0], send.Bytes)
+		if c.size == 1 {
+			return nil
+		}
+		if err := c.fanIn(func(l *link) error { return l.readFrame(TagAllgathervSend, parts[l.peer]) }); err != nil {
+			return err
+		}
+		return c.fanOut(func(l *link) error { return l.writeFrame(TagAllgathervRecv, nil, parts...) }, -1)
+	})
+}
+
+// Allreduce reduces send across ranks into recv (spec section 3.2). Workers
+// send AllreduceSend (op byte + data); the coordinator reduces in rank order
+// 0, 1, ..., R-1 and sends AllreduceRecv to every worker.
+func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.ReduceOp) error {
+	check := func() error {
+		if err := comm.CheckAllreduce(send, recv, op); err != nil {
+			return err
+		}
+		return frameLimit(comm.OpAllreduce, len(send.Bytes)+1)
+	}
+	return c.run(ctx, comm.OpAllreduce, check, func() error {
+		if c.rank != 0 {
+			c.opBytes[0] = byte(op)
+			if err := c.up.writeFrame(TagAllreduceSend, c.opBytes[:1], send.Bytes); err != nil {
+				return &linkError{peer: 0, err: err}
+			}
+			if err := c.up.readFrame(TagAllreduceRecv, recv.Bytes); err != nil {
+				return &linkError{peer: 0, err: err}
+			}
+			return nil
+		}
+		n := len(send.Bytes)
+		if c.size == 1 {
+			copy(recv.Bytes, send.Bytes)
+			return nil
+		}
+		scratch := c.scratchBytes((c.size - 1) * n)
+		in := func(r int) []byte { return scratch[(r-1)*n : r*n] }
+		if err := c.fanIn(func(l *link) error {
+			return l.readFrame(TagAllreduceSend, c.opBytes[l.peer:l.peer+1], in(l.peer))
+		}); err != nil {
+			return err
+		}
+		for r := 1; r < c.size; r++ {
+			if got := comm.ReduceOp(c.opBytes[r]); got != op {
+				return &linkError{peer: r, err: fmt.Errorf("%w: rank %d called allreduce with %v, rank 0 with %v", ErrReduceOpMismatch, r, got, op)}
+			}
+		}
+		copy(recv.Bytes, send.Bytes)
+		for r := 1; r < c.size; r++ {
+			comm.Reduce(send.Type, op, recv.Bytes, in(r))
+		}
+		return c.fanOut(func(l *link) error { return l.writeFrame(TagAllreduceRecv, nil, recv.Bytes) }, -1)
+	})
+}
+
+// scratchBytes returns n bytes of 8-byte-aligned scratch space.
+func (c *Comm) scratchBytes(n int) []byte {
+	words := (n + 7) / 8
+	if cap(c.scratch) < words {
+		c.scratch = make([]uint64, words)
+	}
+	return comm.ViewOf(c.scratch[:words]).Bytes[:n]
+}
+
+// Broadcast copies root's buf to every rank (spec section 3.3). Root 0
+// sends Broadcast to every worker; a worker root sends Broadcast to the
+// coordinator, which forwards it to every other worker.
+func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
+	check := func() error {
+		if err := comm.CheckBroadcast(buf, root, c.size); err != nil {
+			return err
+		}
+		return frameLimit(comm.OpBroadcast, len(buf.Bytes))
+	}
+	return c.run(ctx, comm.OpBroadcast, check, func() error {
+		switch {
+		case c.size == 1:
+			return nil
+		case c.rank == root && c.rank != 0:
+			if err := c.up.writeFrame(TagBroadcast, nil, buf.Bytes); err != nil {
+				return &linkError{peer: 0, err: err}
+			}
+			return nil
+		case c.rank != 0:
+			if err := c.up.readFrame(TagBroadcast, buf.Bytes); err != nil {
+				return &linkError{peer: 0, err: err}
+			}
+			return nil
+		}
+		if root != 0 {
+			if err := c.links[root].readFrame(TagBroadcast, buf.Bytes); err != nil {
+				return &linkError{peer: root, err: err}
+			}
+		}
+		return c.fanOut(func(l *link) error { return l.writeFrame(TagBroadcast, nil, buf.Bytes) }, root)
+	})
+}
+
+// Barrier returns once every rank has entered it (spec section 3.4):
+// workers send BarrierReady; once the coordinator has all of them it sends
+// BarrierGo to every worker.
+func (c *Comm) Barrier(ctx context.Context) error {
+	return c.run(ctx, comm.OpBarrier, func() error { return nil }, func() error {
+		switch {
+		case c.size == 1:
+			return nil
+		case c.rank != 0:
+			if err := c.up.writeFrame(TagBarrierReady, nil); err != nil {
+				return &linkError{peer: 0, err: err}
+			}
+			if err := c.up.readFrame(TagBarrierGo); err != nil {
+				return &linkError{peer: 0, err: err}
+			}
+			return nil
+		}
+		if err := c.fanIn(func(l *link) error { return l.readFrame(TagBarrierReady) }); err != nil {
+			return err
+		}
+		return c.fanOut(func(l *link) error { return l.writeFrame(TagBarrierGo, nil) }, -1)
+	})
+}

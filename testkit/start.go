@@ -1,0 +1,104 @@
+package testkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/transport"
+	"github.com/starcomm/starcomm/transport/pipe"
+)
+
+// Network is what StartStar needs from a driver: a fresh listener for the
+// coordinator and a dialer for the workers.
+type Network interface {
+	Listen() (transport.Listener, error)
+	Dialer() transport.Dialer
+}
+
+// PipeNetwork is a Network over an in-memory pipe.Network; each Listen gets
+// a fresh name.
+type PipeNetwork struct {
+	Net *pipe.Network
+	n   atomic.Int64
+}
+
+// NewPipeNetwork returns a PipeNetwork over a new pipe.Network.
+func NewPipeNetwork() *PipeNetwork { return &PipeNetwork{Net: pipe.NewNetwork()} }
+
+// Listen registers a listener under a fresh name.
+func (p *PipeNetwork) Listen() (transport.Listener, error) {
+	return p.Net.Listen(fmt.Sprintf("coordinator-%d", p.n.Add(1)))
+}
+
+// Dialer returns the pipe network.
+func (p *PipeNetwork) Dialer() transport.Dialer { return p.Net }
+
+// StartStar starts size ranks of a star communicator in this process over
+// nw and returns them indexed by rank. tweak, if not nil, adjusts each
+// rank's Config (timeouts, a wrapped Dialer) before it starts. On error every
+// rank already started is closed.
+func StartStar(ctx context.Context, nw Network, size int, tweak func(*star.Config)) ([]comm.Communicator, error) {
+	ln, err := nw.Listen()
+	if err != nil {
+		return nil, err
+	}
+	comms := make([]comm.Communicator, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := 0; r < size; r++ {
+		cfg := star.DefaultConfig()
+		cfg.Rank, cfg.Size = r, size
+		if r == 0 {
+			cfg.Listener = ln
+		} else {
+			cfg.Dialer, cfg.Addr = nw.Dialer(), ln.Addr()
+		}
+		if tweak != nil {
+			tweak(&cfg)
+		}
+		wg.Go(func() {
+			c, err := star.New(ctx, cfg)
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				return
+			}
+			comms[r] = c
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		CloseAll(comms)
+		return nil, err
+	}
+	return comms, nil
+}
+
+// CloseAll closes every non-nil communicator concurrently, as separate
+// processes would, and returns the errors joined.
+func CloseAll(comms []comm.Communicator) error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		if c != nil {
+			wg.Go(func() { errs[i] = c.Close() })
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// RunRanks runs f on every rank concurrently and returns each rank's error.
+func RunRanks(comms []comm.Communicator, f func(c comm.Communicator) error) []error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Go(func() { errs[i] = f(c) })
+	}
+	wg.Wait()
+	return errs
+}

@@ -164,7 +164,11 @@ type link struct {
 	peer    int
 	conn    transport.Conn
 	bw      transport.BuffersWriter
-	timeout time.Duration
+	timeout time.Duration // per write call, and per read call on the coordinator
+	// rtimeout is the per-read-call deadline: on a worker it is longer than
+	// the coordinator's (see replyMargin), so that when a third rank hangs
+	// the coordinator detects it first and its Abort arrives in time.
+	rtimeout time.Duration
 
 	whdr  [HeaderSize + 1]byte
 	rhdr  [HeaderSize]byte
@@ -176,7 +180,7 @@ type link struct {
 }
 
 func newLink(peer int, conn transport.Conn, timeout time.Duration) *link {
-	l := &link{peer: peer, conn: conn, timeout: timeout}
+	l := &link{peer: peer, conn: conn, timeout: timeout, rtimeout: timeout}
 	l.bw, _ = conn.(transport.BuffersWriter)
 	return l
 }
@@ -243,11 +247,17 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 	return nil
 }
 
+// replyMargin is how much longer a worker waits for the coordinator than the
+// coordinator waits for a worker: min(timeout/2, 500 ms).
+func replyMargin(timeout time.Duration) time.Duration {
+	return min(timeout/2, 500*time.Millisecond)
+}
+
 // readFull fills p, at most chunk bytes per deadline.
 func (l *link) readFull(p []byte) error {
 	for len(p) > 0 {
 		n := min(len(p), chunk)
-		if err := l.conn.SetReadDeadline(time.Now().Add(l.timeout)); err != nil {
+		if err := l.conn.SetReadDeadline(time.Now().Add(l.rtimeout)); err != nil {
 			return err
 		}
 		if _, err := io.ReadFull(l.conn, p[:n]); err != nil {
@@ -323,7 +333,7 @@ func unexpectedEOF(err error) error {
 // whatever the peer is still writing (so a peer blocked in a write on an
 // unbuffered transport can move on and read), writes frame tag with payload
 // (unless a write was cut mid-frame), then waits up to grace for the peer
-// to close its end before closing ours.
+// to close its end before closing ours (where the conn can half-close).
 func (l *link) linger(tag byte, payload []byte, grace time.Duration) {
 	deadline := time.Now().Add(grace)
 	drained := make(chan struct{})
@@ -344,10 +354,15 @@ func (l *link) linger(tag byte, payload []byte, grace time.Duration) {
 		if _, err := l.conn.Write(h[:]); err == nil && len(payload) > 0 {
 			_, _ = l.conn.Write(payload)
 		}
-		if cw, ok := l.conn.(transport.CloseWriter); ok {
-			_ = cw.CloseWrite()
+		if cw, ok := l.conn.(transport.CloseWriter); ok && cw.CloseWrite() == nil {
+			// Half-closed (TCP): the frame may still sit in our send
+			// buffer; closing before the peer is done reading could reset
+			// the connection and lose it. Wait for the peer to close.
+			<-drained // the peer closed, or the read deadline passed
 		}
+		// Without a half-close (an unbuffered pipe), a completed Write
+		// means the peer has the bytes.
 	}
-	<-drained // the peer closed, or the read deadline passed
 	_ = l.conn.Close()
+	<-drained
 }

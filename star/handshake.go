@@ -103,11 +103,14 @@ func accept(ctx context.Context, cfg Config) ([]*link, error) {
 		refuse := func(reason string) {
 			mu.Lock()
 			refusals = append(refusals, reason)
+			mu.Unlock()
+			// Drain while answering: the peer may still be blocked writing
+			// the rest of a frame we refused to read.
+			l.wdirty = false
+			l.linger(TagAbort, []byte(reason), cfg.ShutdownTimeout)
+			mu.Lock()
 			delete(pending, conn)
 			mu.Unlock()
-			_ = conn.SetWriteDeadline(time.Now().Add(cfg.ShutdownTimeout))
-			_, _ = conn.Write(EncodeAbort(reason))
-			_ = conn.Close()
 		}
 		var payload [handshakeLen]byte
 		if err := l.readFrame(TagHandshake, payload[:]); err != nil {
@@ -235,5 +238,6 @@ func dial(ctx context.Context, cfg Config) (*link, error) {
 	stop()
 	_ = conn.SetDeadline(time.Time{})
 	l.timeout = cfg.Timeout
+	l.rtimeout = cfg.Timeout + replyMargin(cfg.Timeout)
 	return l, nil
 }

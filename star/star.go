@@ -241,11 +241,23 @@ func (c *Comm) fail(ctx context.Context, op string, err error) error {
 		ends = []*link{c.up}
 	}
 	for _, l := range ends {
-		if l != nil {
+		switch {
+		case l == nil:
+		case l.peer == peer && peerEnded(err):
+			// The peer already ended this link (it closed, aborted or shut
+			// down): there is no one left to tell.
+			_ = l.conn.Close()
+		default:
 			c.bg.Go(func() { l.linger(TagAbort, reason, c.cfg.ShutdownTimeout) })
 		}
 	}
 	return out
+}
+
+// peerEnded reports whether err shows that the peer ended the link itself.
+func peerEnded(err error) bool {
+	var ab *AbortError
+	return errors.As(err, &ab) || errors.Is(err, ErrShutdown) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // abortReason is the text of the Abort frame sent to surviving peers: it

@@ -1,0 +1,302 @@
+package star_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/testkit"
+	"github.com/starcomm/starcomm/transport/pipe"
+)
+
+// The tests in this file run inside synctest bubbles: time is fake, so the
+// spec's timeouts cost nothing and every duration measured is exact, and
+// synctest.Test fails if any goroutine is left when the bubble ends.
+
+func withTimeout(d time.Duration) func(*star.Config) {
+	return func(c *star.Config) { c.Timeout = d }
+}
+
+// inBubble starts size ranks inside the current bubble.
+func inBubble(t *testing.T, size int, tweak func(*star.Config)) []comm.Communicator {
+	t.Helper()
+	comms, err := testkit.StartStar(context.Background(), testkit.NewPipeNetwork(), size, tweak)
+	require.NoError(t, err)
+	return comms
+}
+
+// collectiveFailed asserts err is a CollectiveFailedError with code 0
+// naming rank, and returns it.
+func collectiveFailed(t *testing.T, err error, rank int) *comm.CollectiveFailedError {
+	t.Helper()
+	var cf *comm.CollectiveFailedError
+	require.ErrorAs(t, err, &cf)
+	assert.Equal(t, 0, cf.Code)
+	assert.Equal(t, rank, cf.Rank, "rank named: %v", err)
+	return cf
+}
+
+// TestBarrierTimeout: one rank never calls barrier; with a 2 s timeout the
+// others fail with CollectiveFailed naming it, after 2 s, not before.
+func TestBarrierTimeout(t *testing.T) {
+	for _, size := range []int{2, 4} {
+		for _, idle := range []int{0, size - 1} {
+			t.Run(fmt.Sprintf("ranks=%d/idle=%d", size, idle), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					const timeout = 2 * time.Second
+					comms := inBubble(t, size, withTimeout(timeout))
+					defer testkit.CloseAll(comms)
+					begin := time.Now()
+					errs := make([]error, size)
+					took := make([]time.Duration, size)
+					testkit.RunRanks(comms, func(c comm.Communicator) error {
+						if c.Rank() != idle {
+							errs[c.Rank()] = c.Barrier(context.Background())
+							took[c.Rank()] = time.Since(begin)
+						}
+						return nil
+					})
+					for r := range size {
+						if r == idle {
+							continue
+						}
+						collectiveFailed(t, errs[r], idle)
+						// Within [timeout, timeout + a worker's reply margin].
+						assert.GreaterOrEqual(t, took[r], timeout, "rank %d", r)
+						assert.LessOrEqual(t, took[r], timeout+500*time.Millisecond, "rank %d", r)
+						if r == 0 || idle == 0 {
+							assert.ErrorIs(t, errs[r], os.ErrDeadlineExceeded, "rank %d", r)
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// TestCrashDetectedAtOnce: a worker that vanishes mid-collective (its link
+// closes) is reported on every surviving rank at once, not after the
+// timeout, naming that rank; the communicator is then fail-stop.
+func TestCrashDetectedAtOnce(t *testing.T) {
+	for _, op := range []string{"allgatherv", "allreduce", "broadcast", "barrier"} {
+		t.Run("op="+op, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const size, victim = 4, 2
+				comms := inBubble(t, size, withTimeout(60*time.Second))
+				defer testkit.CloseAll(comms)
+				run := func(c comm.Communicator) error {
+					ctx := context.Background()
+					switch op {
+					case "allgatherv":
+						return comm.Allgatherv(ctx, c, []float64{1}, make([]float64, size), []int{1, 1, 1, 1}, []int{0, 1, 2, 3})
+					case "allreduce":
+						return comm.Allreduce(ctx, c, []float64{1}, make([]float64, 1), comm.Sum)
+					case "broadcast":
+						return comm.Broadcast(ctx, c, make([]float64, 3), 0)
+					}
+					return c.Barrier(ctx)
+				}
+				begin := time.Now()
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					if c.Rank() == victim {
+						return c.Close() // the "crash": its link closes
+					}
+					return run(c)
+				})
+				took := time.Since(begin)
+				for r, err := range errs {
+					if r == victim {
+						continue
+					}
+					if op == "broadcast" && r != 0 {
+						// Workers get their broadcast whole before or
+						// regardless of rank 2's crash; they learn of it at
+						// the next collective.
+						if err == nil {
+							err = c0(comms[r])
+						}
+					}
+					collectiveFailed(t, err, victim)
+				}
+				assert.Less(t, took, time.Second, "detection must not wait for the 60 s timeout")
+				// Fail-stop: the next call fails at once, keeping the cause.
+				later := comms[0].Barrier(context.Background())
+				cf := collectiveFailed(t, later, victim)
+				assert.Contains(t, cf.Message, "fail-stop")
+			})
+		})
+	}
+}
+
+func c0(c comm.Communicator) error { return c.Barrier(context.Background()) }
+
+// TestContextCancel: cancelling the coordinator's context while it waits
+// fails its collective with context.Canceled and tells the workers.
+func TestContextCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		comms := inBubble(t, 4, withTimeout(60*time.Second))
+		defer testkit.CloseAll(comms)
+		ctx, cancel := context.WithCancel(context.Background())
+		errs := make(chan error, 3)
+		for r := range 3 { // rank 3 never arrives
+			go func() {
+				c := ctx
+				if r != 0 {
+					c = context.Background()
+				}
+				errs <- comms[r].Barrier(c)
+			}()
+		}
+		synctest.Wait() // every rank is blocked in the barrier
+		cancel()
+		for range 3 {
+			err := <-errs
+			var cf *comm.CollectiveFailedError
+			require.ErrorAs(t, err, &cf)
+			assert.Equal(t, 0, cf.Rank)
+			if errors.Is(err, context.Canceled) {
+				continue // the coordinator's own error
+			}
+			assert.Contains(t, cf.Message, "context canceled")
+		}
+	})
+}
+
+// TestContextDoneBeforeStart: a collective called with a finished context
+// fails locally, sends nothing and leaves the communicator usable.
+func TestContextDoneBeforeStart(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	comms, ts := tapped(t, 3, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r0, w0 := ts.totals()
+	for _, c := range comms {
+		err := c.Barrier(ctx)
+		require.ErrorIs(t, err, context.Canceled)
+	}
+	r1, w1 := ts.totals()
+	assert.Equal(t, [2]int{r0, w0}, [2]int{r1, w1})
+	errs := testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) })
+	require.NoError(t, errors.Join(errs...))
+}
+
+// TestCloseDuringCollective: Close unblocks a collective at once.
+func TestCloseDuringCollective(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		comms := inBubble(t, 3, withTimeout(60*time.Second))
+		defer testkit.CloseAll(comms)
+		done := make(chan error, 1)
+		go func() { done <- comms[0].Barrier(context.Background()) }()
+		synctest.Wait()
+		begin := time.Now()
+		require.NoError(t, comms[0].Close())
+		err := <-done
+		assert.ErrorIs(t, err, comm.ErrInvalidCommunicator)
+		assert.Less(t, time.Since(begin), time.Second)
+	})
+}
+
+// TestUseAfterClose: every method returns ErrInvalidCommunicator after
+// Close, and Close is idempotent.
+func TestUseAfterClose(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	for _, size := range []int{1, 3} {
+		comms := start(t, size, nil)
+		require.NoError(t, testkit.CloseAll(comms))
+		ctx := context.Background()
+		for _, c := range comms {
+			assert.ErrorIs(t, c.Barrier(ctx), comm.ErrInvalidCommunicator)
+			assert.ErrorIs(t, comm.Allreduce(ctx, c, []float64{1}, make([]float64, 1), comm.Sum), comm.ErrInvalidCommunicator)
+			assert.ErrorIs(t, comm.Broadcast(ctx, c, []float64{1}, 0), comm.ErrInvalidCommunicator)
+			assert.ErrorIs(t, comm.Allgatherv(ctx, c, []float64{1}, make([]float64, size), make([]int, size), make([]int, size)), comm.ErrInvalidCommunicator)
+			assert.NoError(t, c.Close())
+		}
+	}
+}
+
+// TestGracefulShutdownIsPrompt: when every rank closes at once, Close
+// returns without waiting for ShutdownTimeout.
+func TestGracefulShutdownIsPrompt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		comms := inBubble(t, 8, nil)
+		begin := time.Now()
+		require.NoError(t, testkit.CloseAll(comms))
+		assert.Less(t, time.Since(begin), 100*time.Millisecond)
+	})
+}
+
+// TestStartupTimeout: a coordinator whose workers do not all come fails
+// with InitializationFailed naming the missing ranks.
+func TestStartupTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := pipe.NewNetwork()
+		ln, err := nw.Listen("c")
+		require.NoError(t, err)
+		cfg := star.DefaultConfig()
+		cfg.Rank, cfg.Size, cfg.Listener, cfg.ConnectTimeout = 0, 4, ln, 5*time.Second
+		wcfg := star.DefaultConfig()
+		wcfg.Rank, wcfg.Size, wcfg.Dialer, wcfg.Addr = 2, 4, nw, "c"
+		worker := make(chan error, 1)
+		go func() {
+			w, err := star.New(context.Background(), wcfg)
+			if err == nil {
+				// Its coordinator gives up; it learns at its first collective.
+				err = w.Barrier(context.Background())
+				w.Close()
+			}
+			worker <- err
+		}()
+		begin := time.Now()
+		_, err = star.New(context.Background(), cfg)
+		var ife *comm.InitializationFailedError
+		require.ErrorAs(t, err, &ife)
+		assert.Contains(t, err.Error(), "missing ranks [1 3]")
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 5*time.Second, time.Since(begin))
+		require.Error(t, <-worker)
+	})
+}
+
+// TestDialRefused: a worker with nobody listening fails with
+// InitializationFailed keeping ECONNREFUSED.
+func TestDialRefused(t *testing.T) {
+	cfg := star.DefaultConfig()
+	cfg.Rank, cfg.Size, cfg.Dialer, cfg.Addr = 1, 2, pipe.NewNetwork(), "nobody"
+	_, err := star.New(context.Background(), cfg)
+	var ife *comm.InitializationFailedError
+	require.ErrorAs(t, err, &ife)
+	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+}
+
+// TestConfigValidate names the offending field.
+func TestConfigValidate(t *testing.T) {
+	base := star.DefaultConfig()
+	cases := map[string]func(*star.Config){
+		"Size":     func(c *star.Config) { c.Size = 0 },
+		"Rank":     func(c *star.Config) { c.Rank, c.Size = 3, 3 },
+		"Timeout":  func(c *star.Config) { c.Size, c.Timeout = 1, -time.Second },
+		"Listener": func(c *star.Config) { c.Size = 2 },
+		"Dialer":   func(c *star.Config) { c.Rank, c.Size = 1, 2 },
+		"Addr":     func(c *star.Config) { c.Rank, c.Size, c.Dialer = 1, 2, pipe.NewNetwork() },
+	}
+	for field, mutate := range cases {
+		cfg := base
+		mutate(&cfg)
+		err := cfg.Validate()
+		require.Error(t, err, field)
+		assert.Contains(t, err.Error(), field)
+		_, err = star.New(context.Background(), cfg)
+		var ife *comm.InitializationFailedError
+		assert.ErrorAs(t, err, &ife, field)
+	}
+}

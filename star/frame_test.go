@@ -1,0 +1,157 @@
+package star
+
+import (
+	"bytes"
+	"encoding/hex"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// bufConn is a Conn over a bytes.Buffer, for encoding tests.
+type bufConn struct{ bytes.Buffer }
+
+func (*bufConn) Close() error                     { return nil }
+func (*bufConn) SetDeadline(time.Time) error      { return nil }
+func (*bufConn) SetReadDeadline(time.Time) error  { return nil }
+func (*bufConn) SetWriteDeadline(time.Time) error { return nil }
+
+func unhex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
+	require.NoError(t, err)
+	return b
+}
+
+// TestWireConstants pins the tag values of spec section 4.2 and the
+// ReduceOp bytes of DESIGN.md section 3.
+func TestWireConstants(t *testing.T) {
+	require.Equal(t, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, []byte{
+		TagAllgathervSend, TagAllgathervRecv, TagAllreduceSend, TagAllreduceRecv, TagBroadcast,
+		TagBarrierReady, TagBarrierGo, TagHandshake, TagAck, TagShutdown, TagAbort})
+	require.Equal(t, 5, HeaderSize)
+	require.Equal(t, uint64(1<<32-1), uint64(MaxFrameLen))
+}
+
+// TestGoldenFrames pins the bytes of one frame of every tag.
+func TestGoldenFrames(t *testing.T) {
+	f64 := []byte{0, 0, 0, 0, 0, 0, 0xF0, 0x3F} // float64 1.0, little-endian
+	cases := []struct {
+		name  string
+		tag   byte
+		extra []byte
+		parts [][]byte
+		want  string
+	}{
+		{"AllgathervSend", TagAllgathervSend, nil, [][]byte{f64}, "00000009 01 000000000000F03F"},
+		{"AllgathervSend/empty", TagAllgathervSend, nil, nil, "00000001 01"},
+		{"AllgathervRecv/two regions", TagAllgathervRecv, nil, [][]byte{{0xAA}, {0xBB, 0xCC}}, "00000004 02 AABBCC"},
+		{"AllreduceSend/sum", TagAllreduceSend, []byte{0}, [][]byte{f64}, "0000000A 03 00 000000000000F03F"},
+		{"AllreduceSend/max", TagAllreduceSend, []byte{2}, [][]byte{{7}}, "00000003 03 02 07"},
+		{"AllreduceRecv", TagAllreduceRecv, nil, [][]byte{f64}, "00000009 04 000000000000F03F"},
+		{"Broadcast", TagBroadcast, nil, [][]byte{{1, 2, 3}}, "00000004 05 010203"},
+		{"BarrierReady", TagBarrierReady, nil, nil, "00000001 06"},
+		{"BarrierGo", TagBarrierGo, nil, nil, "00000001 07"},
+		{"Shutdown", TagShutdown, nil, nil, "00000001 0A"},
+		{"Abort", TagAbort, nil, [][]byte{[]byte("no")}, "00000003 0B 6E6F"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var c bufConn
+			l := newLink(0, &c, time.Second)
+			require.NoError(t, l.writeFrame(tc.tag, tc.extra, tc.parts...))
+			require.Equal(t, unhex(t, tc.want), c.Bytes())
+		})
+	}
+	t.Run("Handshake/rank=3/size=4", func(t *testing.T) {
+		require.Equal(t, unhex(t, "00000009 08 00000003 00000004"), EncodeHandshake(3, 4))
+	})
+	t.Run("Ack/size=4", func(t *testing.T) {
+		require.Equal(t, unhex(t, "00000005 09 00000004"), EncodeAck(4))
+	})
+	t.Run("Abort/encoded", func(t *testing.T) {
+		require.Equal(t, unhex(t, "00000007 0B 7261 6E6B 2032"), EncodeAbort("rank 2"))
+	})
+}
+
+// TestReadFrameRefusesWithoutReading checks that a frame with the wrong
+// tag or length is refused from its header alone: the payload (here a
+// claimed 4 GiB) is neither read nor allocated.
+func TestReadFrameRefusesWithoutReading(t *testing.T) {
+	cases := []struct {
+		name   string
+		header string
+		want   string
+	}{
+		{"len too large", "FFFFFFFF 01", "carries 4294967294 payload bytes, expected 8"},
+		{"len too small", "00000002 01", "carries 1 payload bytes, expected 8"},
+		{"wrong tag", "00000009 02", "received AllgathervRecv frame, expected AllgathervSend"},
+		{"zero len", "00000000 01", "LEN 0"},
+		{"huge abort", "FFFFFFFF 0B", "received Abort frame"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var c bufConn
+			c.Write(unhex(t, tc.header))
+			c.Write([]byte("trailing bytes that must stay unread"))
+			l := newLink(1, &c, time.Second)
+			dst := make([]byte, 8)
+			err := l.readFrame(TagAllgathervSend, dst)
+			require.ErrorContains(t, err, tc.want)
+			require.Equal(t, "trailing bytes that must stay unread", c.String(), "payload must not be consumed")
+			require.Equal(t, make([]byte, 8), dst, "destination must not be written")
+		})
+	}
+}
+
+// TestReadFrameEOF maps a clean close between frames to io.EOF and a close
+// inside a frame to io.ErrUnexpectedEOF.
+func TestReadFrameEOF(t *testing.T) {
+	var c bufConn
+	l := newLink(1, &c, time.Second)
+	require.ErrorIs(t, l.readFrame(TagBarrierGo), io.EOF)
+	c.Write(unhex(t, "000000"))
+	require.ErrorIs(t, l.readFrame(TagBarrierGo), io.ErrUnexpectedEOF)
+	c.Reset()
+	c.Write(unhex(t, "00000009 04 0102"))
+	require.ErrorIs(t, l.readFrame(TagAllreduceRecv, make([]byte, 8)), io.ErrUnexpectedEOF)
+}
+
+// TestAbortFrameParsed turns an Abort frame into an AbortError that names
+// the blamed rank.
+func TestAbortFrameParsed(t *testing.T) {
+	var c bufConn
+	c.Write(EncodeAbort("rank 3 failed during allgatherv: connection reset"))
+	l := newLink(0, &c, time.Second)
+	err := l.readFrame(TagAllgathervRecv, make([]byte, 4))
+	var ab *AbortError
+	require.ErrorAs(t, err, &ab)
+	require.Equal(t, 3, ab.Rank)
+	require.Equal(t, 0, ab.From)
+	require.Equal(t, -1, blamedRank("garbage"))
+	require.Equal(t, -1, blamedRank("rank x"))
+}
+
+// TestWriteChunks checks that a payload larger than one chunk arrives
+// whole and in order.
+func TestWriteChunks(t *testing.T) {
+	var c bufConn
+	l := newLink(0, &c, time.Second)
+	big := make([]byte, chunk+chunk/2+3)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	require.NoError(t, l.writeFrame(TagBroadcast, nil, big[:10], big[10:]))
+	got := c.Bytes()
+	require.Equal(t, HeaderSize+len(big), len(got))
+	require.Equal(t, big, got[HeaderSize:])
+	r := newLink(0, &c, time.Second)
+	dst := make([]byte, len(big))
+	c.Reset()
+	c.Write(got)
+	require.NoError(t, r.readFrame(TagBroadcast, dst))
+	require.Equal(t, big, dst)
+}

@@ -77,5 +77,10 @@
 //
 // Collectives are matched by order alone: all ranks must call the same
 // collectives in the same order; a mismatch (wrong tag, op or length) fails
-// on every rank instead of hanging.
+// instead of hanging or giving a wrong answer. A mismatch the coordinator
+// can see (a worker's frame has another tag, length or op) fails every rank
+// in that collective. A worker whose counts for other ranks differ from the
+// coordinator's sees it in the AllgathervRecv length and fails; the other
+// ranks, whose arguments agree with the coordinator's, complete that
+// collective correctly and fail at their next one.
 package star

@@ -309,6 +309,28 @@ func allgathervCases() []Case {
 			}
 			return same("recv (gaps must stay -7)", recv, want)
 		}},
+		{Name: "Allgatherv_MismatchedCounts", Sizes: atLeast(2), Breaks: true, Run: func(ctx context.Context, e Env) error {
+			// The last rank believes rank 0 sends 3 elements, the others 2.
+			c := e.Comm
+			size, rank := c.Size(), c.Rank()
+			counts := make([]int, size)
+			for r := range counts {
+				counts[r] = 2
+			}
+			if rank == size-1 {
+				counts[0] = 3
+			}
+			displs, total := prefix(counts)
+			send := make([]float64, counts[rank])
+			err := comm.Allgatherv(ctx, c, send, make([]float64, total), counts, displs)
+			if rank == size-1 || err != nil {
+				// The disagreeing rank sees the AllgathervRecv length at once.
+				return wantMismatch(err)
+			}
+			// The wire cannot show the others a disagreement about a third
+			// rank's count: they learn it at their next collective.
+			return wantMismatch(c.Barrier(ctx))
+		}},
 		{Name: "Allgatherv_PreconditionErrors", Run: func(ctx context.Context, e Env) error {
 			c := e.Comm
 			size, rank := c.Size(), c.Rank()

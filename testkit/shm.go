@@ -1,3 +1,101 @@
 package testkit
 
-func sharedMemoryCases() []Case { return nil }
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/shm"
+)
+
+// sharedMemoryCases are the "shared memory provider" cases of
+// CONFORMANCE.md, run with the heap-fallback provider every local and star
+// communicator offers (shm.HeapFallback).
+func sharedMemoryCases() []Case {
+	return []Case{
+		{Name: "SharedMemory_Lifecycle", Run: func(ctx context.Context, e Env) error {
+			p := shm.HeapFallback(e.Comm)
+			r, err := shm.Create[float64](p, 100)
+			if err != nil {
+				return err
+			}
+			defer r.Release()
+			if p.IsLeader() {
+				for i := range r.Slice() {
+					r.Slice()[i] = float64(i)
+				}
+			}
+			if err := r.Fence(); err != nil {
+				return err
+			}
+			if err := e.Comm.Barrier(ctx); err != nil {
+				return err
+			}
+			if err := r.Fence(); err != nil {
+				return err
+			}
+			want := make([]float64, 100)
+			for i := range want {
+				want[i] = float64(i)
+			}
+			return same("region after fence", r.Slice(), want)
+		}},
+		{Name: "SharedMemory_IsLeader", Run: func(ctx context.Context, e Env) error {
+			if !shm.HeapFallback(e.Comm).IsLeader() {
+				return errors.New("heap fallback: IsLeader is false; every rank must be a leader")
+			}
+			return nil
+		}},
+		{Name: "SharedMemory_SplitLocal", Run: func(ctx context.Context, e Env) error {
+			local, err := shm.HeapFallback(e.Comm).SplitLocal()
+			if err != nil {
+				return err
+			}
+			defer local.Close()
+			if local.Size() != 1 || local.Rank() != 0 {
+				return fmt.Errorf("split_local gave rank %d of size %d, want rank 0 of size 1", local.Rank(), local.Size())
+			}
+			got := make([]float64, 2)
+			if err := comm.Allreduce(ctx, local, []float64{42, 99}, got, comm.Sum); err != nil {
+				return err
+			}
+			return same("split_local allreduce", got, []float64{42, 99})
+		}},
+		{Name: "SharedMemory_Release", Run: func(ctx context.Context, e Env) error {
+			p := shm.HeapFallback(e.Comm)
+			r, err := shm.Create[int64](p, 10)
+			if err != nil {
+				return err
+			}
+			r.Slice()[3] = 7
+			if err := r.Release(); err != nil {
+				return err
+			}
+			if r.Slice() != nil || r.Len() != 0 {
+				return fmt.Errorf("released region still holds %d elements", r.Len())
+			}
+			if err := r.Fence(); !errors.Is(err, shm.ErrReleased) {
+				return fmt.Errorf("Fence after Release = %v, want ErrReleased", err)
+			}
+			again, err := shm.Create[int64](p, 10)
+			if err != nil {
+				return err
+			}
+			defer again.Release()
+			return same("re-created region", again.Slice(), make([]int64, 10))
+		}},
+		{Name: "SharedMemory_ExcessiveSize", Run: func(ctx context.Context, e Env) error {
+			_, err := shm.Create[float64](shm.HeapFallback(e.Comm), math.MaxInt/2)
+			af, werr := wantErr[*comm.AllocationFailedError]("region of MaxInt/2 float64", err)
+			if werr != nil {
+				return werr
+			}
+			if af.RequestedBytes <= 0 {
+				return fmt.Errorf("AllocationFailed.RequestedBytes = %d, want the bytes asked for", af.RequestedBytes)
+			}
+			return nil
+		}},
+	}
+}

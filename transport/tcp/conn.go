@@ -1,0 +1,62 @@
+package tcp
+
+import (
+	"net"
+	"sync"
+
+	"github.com/starcomm/starcomm/transport"
+)
+
+// Conn is an established TCP connection with the Config's socket options
+// applied. Listener.Accept and Dialer.Dial return one as a transport.Conn;
+// a type assertion to *Conn reaches the *net.TCPConn methods.
+//
+// Read, Write and the deadline methods are those of the embedded
+// *net.TCPConn, and so are their errors, unchanged: a deadline gives an error
+// satisfying errors.Is(err, os.ErrDeadlineExceeded), a reset one satisfying
+// errors.Is(err, syscall.ECONNRESET), an orderly close by the peer io.EOF,
+// and use after Close one satisfying errors.Is(err, net.ErrClosed).
+type Conn struct {
+	*net.TCPConn
+
+	// wmu serialises WriteBuffers, which reuses scratch and bufs.
+	wmu sync.Mutex
+	// scratch keeps the backing array of bufs between calls.
+	scratch [][]byte
+	// bufs is what net.Buffers.WriteTo consumes; as a field it needs no
+	// allocation per call.
+	bufs net.Buffers
+}
+
+var (
+	_ transport.Conn          = (*Conn)(nil)
+	_ transport.BuffersWriter = (*Conn)(nil)
+	_ transport.CloseWriter   = (*Conn)(nil)
+)
+
+// newConn applies cfg's per-connection options to tc and wraps it.
+func newConn(tc *net.TCPConn, cfg Config) (*Conn, error) {
+	if err := configure(tc, cfg); err != nil {
+		return nil, err
+	}
+	return &Conn{TCPConn: tc}, nil
+}
+
+// WriteBuffers writes the buffers in order as one gathered write (writev on
+// systems that have it) and returns the number of bytes written, which is
+// less than the total only when err is non-nil. Unlike net.Buffers.WriteTo
+// it leaves bufs and its elements as they were, so a caller may reuse them;
+// the caller keeps ownership of both. The write deadline applies. Steady-state
+// calls do not allocate. Concurrent calls on one Conn are serialised.
+func (c *Conn) WriteBuffers(bufs [][]byte) (int64, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.scratch = append(c.scratch[:0], bufs...)
+	c.bufs = c.scratch
+	n, err := c.bufs.WriteTo(c.TCPConn)
+	// Drop the references so the Conn does not keep the caller's memory
+	// alive.
+	clear(c.scratch)
+	c.bufs = nil
+	return n, err
+}

@@ -1,0 +1,72 @@
+// Package tcp is the real-socket transport driver: a Listener for the
+// coordinator and a Dialer for the workers, over TCP, with the socket
+// options a long-lived collective-communication link wants. It implements
+// the interfaces of package transport and imports nothing else of starcomm.
+//
+// # Settings
+//
+// Config holds every setting; start from DefaultConfig, change fields, and
+// call Validate, which names each bad field in a *ConfigError. Listen and
+// Dial validate the Config themselves. The defaults match starcomm's
+// environment variables: BindAddr "0.0.0.0" (COBRE_TCP_BIND_ADDR), Timeout
+// 60s (COBRE_TCP_TIMEOUT_SECS), ConnectTimeout 30s
+// (COBRE_TCP_CONNECT_TIMEOUT_MS); and KeepAlive 15s, BufferSize 4 MiB,
+// InitialBackoff 50ms, MaxBackoff 2s.
+//
+// # Listening
+//
+// Listen(cfg, port) binds cfg.BindAddr:port; port 0 picks a free port, which
+// Listener.Port reports. An address that is already taken gives an
+// *AddrInUseError naming the address and wrapping syscall.EADDRINUSE. After
+// Listener.Close, Accept fails with an error satisfying
+// errors.Is(err, net.ErrClosed).
+//
+// # Dialing
+//
+// Workers often start before the coordinator listens, so Dialer.Dial does
+// not give up at the first refusal. It retries connection refused, reset or
+// aborted, host or network unreachable or down, and timed-out attempts, and
+// DNS answers that are temporary, waiting InitialBackoff after the first
+// failure and twice as long after each next one, up to MaxBackoff, each wait
+// jittered to between half and all of its nominal length so that many
+// workers do not retry in lockstep. A "no such host" answer is retried only
+// a couple of times (a name may appear in DNS just after its host starts; a
+// mistyped one never will); an address that is not host:port fails at once
+// with an error wrapping ErrInvalidAddress; any other error fails at once.
+//
+// When Dial gives up it returns an *UnreachableError naming the address,
+// the number of attempts, the time spent and the last attempt's error, which
+// it wraps: errors.Is(err, syscall.ECONNREFUSED) holds when nobody listened.
+// Its fields tell why it gave up: TimedOut when ConnectTimeout elapsed (then
+// errors.Is(err, os.ErrDeadlineExceeded) holds too), Context when the
+// caller's ctx ended first (then errors.Is(err, context.Canceled) or
+// context.DeadlineExceeded holds), neither when the last error was not worth
+// retrying.
+//
+// # Connections
+//
+// Accept and Dial return a *Conn, a *net.TCPConn with these options set:
+//   - TCP_NODELAY, so small frames (headers, barriers, 32-byte allreduces)
+//     leave at once instead of waiting for Nagle's algorithm;
+//   - keep-alive probes after KeepAlive of idleness and every KeepAlive
+//     after that (off when KeepAlive is negative), so an idle link to a
+//     vanished host is noticed;
+//   - TCP_USER_TIMEOUT of Timeout (Linux only), so data a dead peer never
+//     acknowledges fails the connection with ETIMEDOUT after Timeout instead
+//     of the kernel's default of about fifteen minutes;
+//   - SO_SNDBUF and SO_RCVBUF of BufferSize, set before listen and connect
+//     so the window scale agreed in the handshake fits them (accepted
+//     sockets inherit the listener's). Setting them turns off Linux's buffer
+//     autotuning for the socket, and Linux caps the request at
+//     net.core.wmem_max / net.core.rmem_max (often 208 KiB), so on hosts
+//     where those limits are low a BufferSize of 0, which keeps autotuning,
+//     can be faster.
+//
+// Read, Write and the deadline methods are the *net.TCPConn's, and so are
+// their errors, unchanged: a deadline gives one satisfying
+// errors.Is(err, os.ErrDeadlineExceeded), a reset syscall.ECONNRESET, an
+// orderly close by the peer io.EOF. A *Conn also implements
+// transport.BuffersWriter (WriteBuffers sends a header and its payload in one
+// writev, without allocating and without modifying the caller's slices) and
+// transport.CloseWriter (TCP half-close).
+package tcp

@@ -1,0 +1,100 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"syscall"
+
+	"github.com/starcomm/starcomm/transport"
+)
+
+// Listener accepts TCP connections and applies the Config's socket options
+// to each. It implements transport.Listener.
+type Listener struct {
+	ln   *net.TCPListener
+	cfg  Config
+	port int
+}
+
+var _ transport.Listener = (*Listener)(nil)
+
+// AddrInUseError is returned by Listen when another socket already holds
+// the address, typically an earlier coordinator that is still running or a
+// second one started on the same port. It wraps the net package's error, so
+// errors.Is(err, syscall.EADDRINUSE) holds.
+type AddrInUseError struct {
+	// Addr is the host:port Listen tried to bind.
+	Addr string
+	// Err is the underlying error from the net package.
+	Err error
+}
+
+func (e *AddrInUseError) Error() string {
+	return fmt.Sprintf("tcp: listen on %s: address already in use (another process, perhaps an earlier coordinator, holds the port)", e.Addr)
+}
+
+// Unwrap returns the underlying error.
+func (e *AddrInUseError) Unwrap() error { return e.Err }
+
+// Listen listens on cfg.BindAddr at port; port 0 picks a free port, which
+// Port then reports. It returns the Config's validation error for an invalid
+// cfg, an *AddrInUseError when the address is taken, and the net package's
+// error for any other failure.
+func Listen(cfg Config, port int) (*Listener, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if port < 0 || port > 65535 {
+		return nil, fmt.Errorf("tcp: listen: port %d out of range: want 0 (any free port) to 65535", port)
+	}
+	addr := net.JoinHostPort(cfg.BindAddr, strconv.Itoa(port))
+	lc := net.ListenConfig{
+		Control:   control(cfg),
+		KeepAlive: -1, // configure sets keep-alive on each accepted connection
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, &AddrInUseError{Addr: addr, Err: err}
+		}
+		return nil, err
+	}
+	tl := ln.(*net.TCPListener)
+	return &Listener{ln: tl, cfg: cfg, port: tl.Addr().(*net.TCPAddr).Port}, nil
+}
+
+// Accept waits for the next connection and returns it as a *Conn with the
+// socket options applied. After Close it returns the net package's error,
+// which satisfies errors.Is(err, net.ErrClosed). If the options cannot be
+// set on an accepted connection, Accept closes that connection and returns
+// an error saying so; the Listener stays usable.
+func (l *Listener) Accept() (transport.Conn, error) {
+	tc, err := l.ln.AcceptTCP()
+	if err != nil {
+		return nil, err
+	}
+	c, err := newConn(tc, l.cfg)
+	if err != nil {
+		tc.Close()
+		return nil, fmt.Errorf("tcp: accept from %s: setting socket options: %w", tc.RemoteAddr(), err)
+	}
+	return c, nil
+}
+
+// Close stops listening and unblocks Accept. Connections already accepted
+// stay open.
+func (l *Listener) Close() error { return l.ln.Close() }
+
+// Addr returns BindAddr:port with the port actually bound, for example
+// "0.0.0.0:29500". Workers on other hosts dial the coordinator's host name
+// or IP address at Port instead.
+func (l *Listener) Addr() string {
+	return net.JoinHostPort(l.cfg.BindAddr, strconv.Itoa(l.port))
+}
+
+// Port returns the port the Listener is bound to, useful after Listen with
+// port 0.
+func (l *Listener) Port() int { return l.port }

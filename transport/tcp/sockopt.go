@@ -1,0 +1,66 @@
+package tcp
+
+import (
+	"net"
+	"os"
+	"syscall"
+)
+
+// control returns the net.ListenConfig / net.Dialer Control hook that sets
+// the buffer sizes on the socket before it listens or connects, so the TCP
+// window scale negotiated in the handshake fits them. Accepted sockets
+// inherit the listener's sizes. It returns nil when there is nothing to set.
+func control(cfg Config) func(network, address string, rc syscall.RawConn) error {
+	if cfg.BufferSize <= 0 {
+		return nil
+	}
+	return func(_, _ string, rc syscall.RawConn) error {
+		return setBufferSizes(rc, cfg.BufferSize)
+	}
+}
+
+// configure applies cfg's options to an established connection: no Nagle
+// delay, keep-alive, buffer sizes (again, for systems without a pre-connect
+// hook) and TCP_USER_TIMEOUT where the system has it.
+func configure(tc *net.TCPConn, cfg Config) error {
+	if err := tc.SetNoDelay(true); err != nil {
+		return err
+	}
+	if cfg.KeepAlive > 0 {
+		if err := tc.SetKeepAliveConfig(net.KeepAliveConfig{
+			Enable:   true,
+			Idle:     cfg.KeepAlive,
+			Interval: cfg.KeepAlive,
+		}); err != nil {
+			return err
+		}
+	} else if err := tc.SetKeepAlive(false); err != nil {
+		return err
+	}
+	if cfg.BufferSize > 0 {
+		if err := tc.SetReadBuffer(cfg.BufferSize); err != nil {
+			return err
+		}
+		if err := tc.SetWriteBuffer(cfg.BufferSize); err != nil {
+			return err
+		}
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return setUserTimeout(rc, cfg.Timeout)
+}
+
+// rawSetsockopt runs set on the socket's descriptor and returns the error of
+// either step, naming the option.
+func rawSetsockopt(rc syscall.RawConn, name string, set func(fd uintptr) error) error {
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = set(fd) }); err != nil {
+		return err
+	}
+	if serr != nil {
+		return &net.OpError{Op: "set", Net: "tcp", Err: os.NewSyscallError("setsockopt "+name, serr)}
+	}
+	return nil
+}

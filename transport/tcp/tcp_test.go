@@ -1,0 +1,527 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/starcomm/starcomm/transport"
+	"github.com/starcomm/starcomm/transport/transporttest"
+)
+
+// watchdog bounds every blocking step; a step that takes longer is a hang.
+const watchdog = 10 * time.Second
+
+// testConfig is DefaultConfig on loopback with quick retries.
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.BindAddr = "127.0.0.1"
+	cfg.ConnectTimeout = 5 * time.Second
+	cfg.InitialBackoff = 5 * time.Millisecond
+	cfg.MaxBackoff = 50 * time.Millisecond
+	return cfg
+}
+
+// deadAddr returns a loopback address nobody listens on: a port that was
+// free a moment ago.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func async[T any](f func() T) <-chan T {
+	ch := make(chan T, 1)
+	go func() { ch <- f() }()
+	return ch
+}
+
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	timer := time.NewTimer(watchdog)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("hang: %s did not return within %v", what, watchdog)
+		panic("unreachable")
+	}
+}
+
+type connResult struct {
+	c   transport.Conn
+	err error
+}
+
+func dialAsync(ctx context.Context, d *Dialer, addr string) <-chan connResult {
+	return async(func() connResult { c, err := d.Dial(ctx, addr); return connResult{c, err} })
+}
+
+func acceptAsync(l *Listener) <-chan connResult {
+	return async(func() connResult { c, err := l.Accept(); return connResult{c, err} })
+}
+
+// pair connects a Dialer and a Listener with cfg and returns both ends,
+// closed when the test ends.
+func pair(t *testing.T, cfg Config) (dialed, accepted *Conn) {
+	t.Helper()
+	l, err := Listen(cfg, 0)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	acc := acceptAsync(l)
+	d := await(t, dialAsync(t.Context(), NewDialer(cfg), l.Addr()), "Dial")
+	if d.err != nil {
+		t.Fatalf("Dial: %v", d.err)
+	}
+	t.Cleanup(func() { d.c.Close() })
+	a := await(t, acc, "Accept")
+	if a.err != nil {
+		t.Fatalf("Accept: %v", a.err)
+	}
+	t.Cleanup(func() { a.c.Close() })
+	return d.c.(*Conn), a.c.(*Conn)
+}
+
+// roundTrip checks that a message goes each way between a and b.
+func roundTrip(t *testing.T, a, b transport.Conn) {
+	t.Helper()
+	for _, dir := range []struct {
+		w, r transport.Conn
+		msg  string
+	}{{a, b, "ping"}, {b, a, "pong"}} {
+		wr := async(func() error { _, err := dir.w.Write([]byte(dir.msg)); return err })
+		got := make([]byte, len(dir.msg))
+		rd := async(func() error { _, err := io.ReadFull(dir.r, got); return err })
+		if err := await(t, wr, "Write"); err != nil {
+			t.Fatalf("Write: %v", err)
+		}
+		if err := await(t, rd, "Read"); err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		if string(got) != dir.msg {
+			t.Fatalf("read %q, want %q", got, dir.msg)
+		}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
+		cfg := testConfig()
+		cfg.ConnectTimeout = 300 * time.Millisecond // the refused dial retries this long
+		return transporttest.Harness{
+			Listen: func() (transport.Listener, error) {
+				l, err := Listen(cfg, 0)
+				if err != nil {
+					return nil, err
+				}
+				return l, nil
+			},
+			Dialer:   NewDialer(cfg),
+			DeadAddr: deadAddr,
+			Timeout:  watchdog,
+		}
+	})
+}
+
+func TestListenPortAndAddr(t *testing.T) {
+	l, err := Listen(testConfig(), 0)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	defer l.Close()
+	if l.Port() <= 0 {
+		t.Fatalf("Port() = %d after Listen on port 0, want the chosen port", l.Port())
+	}
+	if want := fmt.Sprintf("127.0.0.1:%d", l.Port()); l.Addr() != want {
+		t.Fatalf("Addr() = %q, want %q", l.Addr(), want)
+	}
+}
+
+func TestListenAddrInUse(t *testing.T) {
+	cfg := testConfig()
+	l, err := Listen(cfg, 0)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	defer l.Close()
+	l2, err := Listen(cfg, l.Port())
+	if err == nil {
+		l2.Close()
+		t.Fatalf("second Listen on port %d succeeded", l.Port())
+	}
+	var inUse *AddrInUseError
+	if !errors.As(err, &inUse) {
+		t.Fatalf("second Listen: got %T %v, want *AddrInUseError", err, err)
+	}
+	if inUse.Addr != l.Addr() {
+		t.Errorf("AddrInUseError.Addr = %q, want %q", inUse.Addr, l.Addr())
+	}
+	if !strings.Contains(err.Error(), l.Addr()) || !strings.Contains(err.Error(), "already in use") {
+		t.Errorf("error %q should name the address %s and say it is in use", err, l.Addr())
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("error %v does not wrap syscall.EADDRINUSE", err)
+	}
+}
+
+func TestListenRejects(t *testing.T) {
+	bad := testConfig()
+	bad.Timeout = 0
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		port int
+		want string
+	}{
+		{"port=-1", testConfig(), -1, "port -1 out of range"},
+		{"port=65536", testConfig(), 65536, "port 65536 out of range"},
+		{"config=bad", bad, 0, "Config.Timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := Listen(tc.cfg, tc.port)
+			if err == nil {
+				l.Close()
+				t.Fatal("Listen succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Listen error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestDialBeforeListen starts a Dial to a port nobody listens on yet, waits
+// until an attempt has been refused, then starts the Listener there: the
+// Dial must connect.
+func TestDialBeforeListen(t *testing.T) {
+	cfg := testConfig()
+	cfg.ConnectTimeout = 30 * time.Second
+	addr := deadAddr(t)
+	d := NewDialer(cfg)
+	refused := make(chan error, 1)
+	d.attempted = func(_ int, err error) {
+		select {
+		case refused <- err:
+		default:
+		}
+	}
+	dial := dialAsync(t.Context(), d, addr)
+	if err := await(t, refused, "first refused attempt"); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("first attempt: got %v, want connection refused", err)
+	}
+	l, err := Listen(cfg, portOf(t, addr))
+	if err != nil {
+		t.Fatalf("Listen on %s: %v", addr, err)
+	}
+	defer l.Close()
+	acc := acceptAsync(l)
+	dr := await(t, dial, "Dial once the listener is up")
+	if dr.err != nil {
+		t.Fatalf("Dial once the listener is up: %v", dr.err)
+	}
+	defer dr.c.Close()
+	ar := await(t, acc, "Accept")
+	if ar.err != nil {
+		t.Fatalf("Accept: %v", ar.err)
+	}
+	defer ar.c.Close()
+	roundTrip(t, dr.c, ar.c)
+}
+
+func TestDialNeverListens(t *testing.T) {
+	cfg := testConfig()
+	cfg.ConnectTimeout = 500 * time.Millisecond
+	addr := deadAddr(t)
+	start := time.Now()
+	res := await(t, dialAsync(t.Context(), NewDialer(cfg), addr), "Dial to a port that never opens")
+	elapsed := time.Since(start)
+	if res.err == nil {
+		res.c.Close()
+		t.Fatalf("Dial(%s) succeeded; nobody listens there", addr)
+	}
+	if elapsed < cfg.ConnectTimeout || elapsed > cfg.ConnectTimeout+3*time.Second {
+		t.Errorf("Dial gave up after %v, want about ConnectTimeout (%v)", elapsed, cfg.ConnectTimeout)
+	}
+	var ue *UnreachableError
+	if !errors.As(res.err, &ue) {
+		t.Fatalf("Dial: got %T %v, want *UnreachableError", res.err, res.err)
+	}
+	if !ue.TimedOut || ue.Context != nil {
+		t.Errorf("TimedOut = %v, Context = %v; want true, nil", ue.TimedOut, ue.Context)
+	}
+	if ue.Attempts <= 1 {
+		t.Errorf("Attempts = %d, want more than 1 (it should retry)", ue.Attempts)
+	}
+	if ue.Addr != addr {
+		t.Errorf("Addr = %q, want %q", ue.Addr, addr)
+	}
+	for _, target := range []error{syscall.ECONNREFUSED, os.ErrDeadlineExceeded} {
+		if !errors.Is(res.err, target) {
+			t.Errorf("errors.Is(%v, %v) = false, want true", res.err, target)
+		}
+	}
+	if errors.Is(res.err, context.Canceled) {
+		t.Errorf("errors.Is(%v, context.Canceled) = true, want false", res.err)
+	}
+	for _, part := range []string{addr, fmt.Sprintf("%d attempts", ue.Attempts), "connect timeout", "connection refused"} {
+		if !strings.Contains(res.err.Error(), part) {
+			t.Errorf("error %q does not mention %q", res.err, part)
+		}
+	}
+}
+
+func TestDialContextCanceled(t *testing.T) {
+	cfg := testConfig()
+	cfg.ConnectTimeout = 30 * time.Second
+	addr := deadAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	d := NewDialer(cfg)
+	d.attempted = func(int, error) { cancel() }
+	res := await(t, dialAsync(ctx, d, addr), "Dial after its context is canceled")
+	if res.err == nil {
+		res.c.Close()
+		t.Fatal("Dial succeeded")
+	}
+	var ue *UnreachableError
+	if !errors.As(res.err, &ue) {
+		t.Fatalf("Dial: got %T %v, want *UnreachableError", res.err, res.err)
+	}
+	if ue.TimedOut || ue.Context != context.Canceled {
+		t.Errorf("TimedOut = %v, Context = %v; want false, context.Canceled", ue.TimedOut, ue.Context)
+	}
+	if !errors.Is(res.err, context.Canceled) || !errors.Is(res.err, syscall.ECONNREFUSED) {
+		t.Errorf("error %v should satisfy errors.Is for context.Canceled and syscall.ECONNREFUSED", res.err)
+	}
+	if errors.Is(res.err, os.ErrDeadlineExceeded) {
+		t.Errorf("error %v satisfies errors.Is(os.ErrDeadlineExceeded); the connect timeout did not elapse", res.err)
+	}
+}
+
+func TestDialInvalidAddress(t *testing.T) {
+	d := NewDialer(testConfig())
+	d.attempted = func(n int, err error) { t.Errorf("attempt %d made for an invalid address: %v", n, err) }
+	for _, addr := range []string{"127.0.0.1", "127.0.0.1:", ":29500", "127.0.0.1:http", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:-1"} {
+		t.Run("addr="+addr, func(t *testing.T) {
+			res := await(t, dialAsync(t.Context(), d, addr), "Dial")
+			if res.err == nil {
+				res.c.Close()
+				t.Fatal("Dial succeeded")
+			}
+			if !errors.Is(res.err, ErrInvalidAddress) {
+				t.Fatalf("got %v, want an error wrapping ErrInvalidAddress", res.err)
+			}
+			if !strings.Contains(res.err.Error(), fmt.Sprintf("%q", addr)) {
+				t.Errorf("error %q does not quote the address", res.err)
+			}
+		})
+	}
+}
+
+func TestDialInvalidConfig(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxBackoff = time.Millisecond // below InitialBackoff
+	res := await(t, dialAsync(t.Context(), NewDialer(cfg), deadAddr(t)), "Dial")
+	var ce *ConfigError
+	if !errors.As(res.err, &ce) || ce.Field != "MaxBackoff" {
+		t.Fatalf("Dial with a bad Config: got %v, want a *ConfigError for MaxBackoff", res.err)
+	}
+}
+
+// TestDialNoSuchHost resolves through a fake DNS server on loopback that
+// answers every query with NXDOMAIN: Dial must give up after a few attempts,
+// long before ConnectTimeout.
+func TestDialNoSuchHost(t *testing.T) {
+	dns := fakeNXDomainServer(t)
+	cfg := testConfig()
+	cfg.ConnectTimeout = 30 * time.Second
+	d := NewDialer(cfg)
+	d.nd.Resolver = &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var nd net.Dialer
+			return nd.DialContext(ctx, "udp", dns)
+		},
+	}
+	res := await(t, dialAsync(t.Context(), d, "no-such-host.invalid.:29500"), "Dial to an unknown host")
+	if res.err == nil {
+		res.c.Close()
+		t.Fatal("Dial succeeded")
+	}
+	var ue *UnreachableError
+	if !errors.As(res.err, &ue) {
+		t.Fatalf("Dial: got %T %v, want *UnreachableError", res.err, res.err)
+	}
+	var dnsErr *net.DNSError
+	if !errors.As(res.err, &dnsErr) || !dnsErr.IsNotFound {
+		t.Fatalf("Dial: got %v, want a *net.DNSError with IsNotFound", res.err)
+	}
+	if ue.TimedOut || ue.Context != nil || ue.Attempts != dnsNotFoundAttempts {
+		t.Errorf("TimedOut = %v, Context = %v, Attempts = %d; want false, nil, %d", ue.TimedOut, ue.Context, ue.Attempts, dnsNotFoundAttempts)
+	}
+	if ue.Elapsed > cfg.ConnectTimeout/2 {
+		t.Errorf("gave up after %v; want well before ConnectTimeout (%v)", ue.Elapsed, cfg.ConnectTimeout)
+	}
+}
+
+// fakeNXDomainServer serves DNS on a loopback UDP port, answering every
+// query "no such name", and returns its address.
+func fakeNXDomainServer(t *testing.T) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("fake DNS server: %v", err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if resp := nxdomain(buf[:n]); resp != nil {
+				pc.WriteTo(resp, from)
+			}
+		}
+	}()
+	return pc.LocalAddr().String()
+}
+
+// nxdomain builds the NXDOMAIN answer to a DNS query: the query's header
+// and question with QR, RA and RCODE 3 set and no other records.
+func nxdomain(q []byte) []byte {
+	const header = 12
+	if len(q) < header {
+		return nil
+	}
+	end := header
+	for end < len(q) && q[end] != 0 { // the question's name, label by label
+		end += 1 + int(q[end])
+	}
+	end += 1 + 4 // the root label, QTYPE and QCLASS
+	if end > len(q) {
+		return nil
+	}
+	resp := append([]byte(nil), q[:end]...)
+	resp[2] = 0x80 | q[2]&0x01 // QR=1, RD copied
+	resp[3] = 0x80 | 3         // RA=1, RCODE=NXDOMAIN
+	resp[4], resp[5] = 0, 1    // QDCOUNT=1
+	clear(resp[6:header])      // no answer, authority or additional records
+	return resp
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("DefaultConfig().Validate() = %v", err)
+	}
+	ok := []func(*Config){
+		func(c *Config) { c.KeepAlive = -1 },
+		func(c *Config) { c.BufferSize = 0 },
+		func(c *Config) { c.BindAddr = "::" },
+		func(c *Config) { c.BindAddr = "localhost" },
+		func(c *Config) { c.MaxBackoff = c.InitialBackoff },
+	}
+	for i, mutate := range ok {
+		cfg := DefaultConfig()
+		mutate(&cfg)
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("valid config %d: Validate() = %v", i, err)
+		}
+	}
+	for _, tc := range []struct {
+		field, value string
+		mutate       func(*Config)
+	}{
+		{"BindAddr", "empty", func(c *Config) { c.BindAddr = "" }},
+		{"BindAddr", "with-port", func(c *Config) { c.BindAddr = "127.0.0.1:29500" }},
+		{"Timeout", "0", func(c *Config) { c.Timeout = 0 }},
+		{"Timeout", "1us", func(c *Config) { c.Timeout = time.Microsecond }},
+		{"Timeout", "1000h", func(c *Config) { c.Timeout = 1000 * time.Hour }},
+		{"ConnectTimeout", "0", func(c *Config) { c.ConnectTimeout = 0 }},
+		{"ConnectTimeout", "-1s", func(c *Config) { c.ConnectTimeout = -time.Second }},
+		{"KeepAlive", "0", func(c *Config) { c.KeepAlive = 0 }},
+		{"BufferSize", "-1", func(c *Config) { c.BufferSize = -1 }},
+		{"InitialBackoff", "0", func(c *Config) { c.InitialBackoff = 0 }},
+		{"MaxBackoff", "below-initial", func(c *Config) { c.MaxBackoff = c.InitialBackoff - 1 }},
+	} {
+		t.Run("field="+tc.field+"/value="+tc.value, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.mutate(&cfg)
+			err := cfg.Validate()
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.field {
+				t.Fatalf("Validate() = %v, want a *ConfigError for %s", err, tc.field)
+			}
+			if !strings.Contains(err.Error(), "Config."+tc.field+" ") {
+				t.Errorf("error %q does not name the field %s", err, tc.field)
+			}
+		})
+	}
+	// Every bad field is reported, not only the first.
+	var cfg Config
+	err := cfg.Validate()
+	for _, field := range []string{"BindAddr", "Timeout", "ConnectTimeout", "KeepAlive", "InitialBackoff", "MaxBackoff"} {
+		if !strings.Contains(err.Error(), "Config."+field+" ") {
+			t.Errorf("zero Config: error %q does not name %s", err, field)
+		}
+	}
+}
+
+// TestWriteBuffers checks what the conformance suite cannot: WriteBuffers
+// leaves the caller's slices alone and does not allocate.
+func TestWriteBuffers(t *testing.T) {
+	a, b := pair(t, testConfig())
+	drained := async(func() error { _, err := io.Copy(io.Discard, b); return err })
+
+	head, payload := []byte("head"), bytes.Repeat([]byte{7}, 64<<10)
+	bufs := [][]byte{head, payload, nil}
+	if n, err := a.WriteBuffers(bufs); err != nil || n != int64(len(head)+len(payload)) {
+		t.Fatalf("WriteBuffers = %d, %v", n, err)
+	}
+	if len(bufs) != 3 || !bytes.Equal(bufs[0], head) || len(bufs[1]) != len(payload) || &bufs[1][0] != &payload[0] || bufs[2] != nil {
+		t.Fatalf("WriteBuffers modified its argument: lengths %d, %d, %d", len(bufs[0]), len(bufs[1]), len(bufs[2]))
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := a.WriteBuffers(bufs); err != nil {
+			t.Fatalf("WriteBuffers: %v", err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("WriteBuffers allocates %v times per call, want 0", allocs)
+	}
+	a.Close()
+	if err := await(t, drained, "draining the peer"); err != nil {
+		t.Fatalf("peer read: %v", err)
+	}
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// built caches the starrun binary built for the tests that run it as a real
+// process, to exercise main's signal wiring and the parent-death signal.
+var built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// starrunBinary builds starrun once into a temporary directory (removed by
+// TestMain) and returns its path, skipping the test when no go command is
+// available.
+func starrunBinary(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build starrun with")
+	}
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "starrun-test-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.path = filepath.Join(dir, "starrun")
+		out, err := exec.Command(goTool, "build", "-o", built.path, ".").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.path
+}
+
+// processJob is starrun running as a real process over fake ranks.
+type processJob struct {
+	cmd            *exec.Cmd
+	dir            string
+	stdout, stderr bytes.Buffer
+}
+
+// startProcess starts the starrun binary with n fake ranks following plan.
+func startProcess(t *testing.T, n int, plan string) *processJob {
+	t.Helper()
+	bin := starrunBinary(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &processJob{dir: t.TempDir()}
+	killLeftovers(t, p.dir)
+	p.cmd = exec.Command(bin, "-n", fmt.Sprint(n), "--grace", "10s", "--", self)
+	p.cmd.Env = append(os.Environ(), envPlan+"="+plan, envDir+"="+p.dir, fastRaceExit())
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+	return p
+}
+
+// rankPids waits for the pid files of n ranks and returns their pids.
+func (p *processJob) rankPids(t *testing.T, n int) []int {
+	t.Helper()
+	pids := make([]int, n)
+	for r := range pids {
+		pid, err := waitPidFile(filepath.Join(p.dir, fmt.Sprintf("rank%d.pid", r)), jobTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids[r] = pid
+	}
+	return pids
+}
+
+// wait waits for starrun to exit, at most jobTimeout, and returns its exit
+// status.
+func (p *processJob) wait(t *testing.T) *os.ProcessState {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		_ = p.cmd.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return p.cmd.ProcessState
+	case <-time.After(jobTimeout):
+		t.Fatalf("starrun did not exit within %v", jobTimeout)
+		return nil
+	}
+}
+
+func TestProcessForwardsSIGINT(t *testing.T) {
+	t.Parallel()
+	const n = 3
+	p := startProcess(t, n, "*=grandchild")
+	pids := p.rankPids(t, n)
+	var grandchildren []int
+	for r := range n {
+		pid, err := waitPidFile(filepath.Join(p.dir, fmt.Sprintf("grandchild%d.pid", r)), jobTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grandchildren = append(grandchildren, pid)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	state := p.wait(t)
+	if got := state.ExitCode(); got != 130 {
+		t.Errorf("exit code = %d (%v), want 130; stderr:\n%s", got, state, p.stderr.String())
+	}
+	if want := "starrun: received SIGINT; forwarding it to all ranks\n"; !strings.Contains(p.stderr.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, p.stderr.String())
+	}
+	// starrun reaped its ranks before exiting, so they are gone for good.
+	for r, pid := range pids {
+		requireReaped(t, fmt.Sprintf("rank %d", r), pid)
+	}
+	for r, pid := range grandchildren {
+		requireGone(t, "grandchild", pid)
+		if got := grandchildSignal(p.dir, r); got != "interrupt" {
+			t.Errorf("grandchild of rank %d recorded signal %q, want \"interrupt\"", r, got)
+		}
+	}
+}
+
+func TestProcessKilledTakesRanksAlong(t *testing.T) {
+	t.Parallel()
+	const n = 3
+	p := startProcess(t, n, "*=hang")
+	pids := p.rankPids(t, n)
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if state := p.wait(t); state.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("starrun ended with %v, want killed by SIGKILL", state)
+	}
+	// The parent-death signal kills the orphaned ranks.
+	for r, pid := range pids {
+		requireGone(t, fmt.Sprintf("rank %d", r), pid)
+	}
+}

@@ -1,0 +1,73 @@
+// Command starrun launches a local starcomm job: N copies of a program, one
+// per rank, wired to a TCP coordinator on 127.0.0.1 through the COBRE_*
+// environment variables (like mpirun or torchrun, for one machine).
+//
+// Usage:
+//
+//	starrun -n N [--port P] [--timeout S] [--bind ADDR] [--grace D] -- CMD [ARGS...]
+//
+// Flags:
+//
+//	-n N          number of ranks to start (required, at least 1)
+//	--port P      coordinator port, 0..65535; 0 (the default) picks a free port
+//	--timeout S   collective timeout in whole seconds (> 0), passed as COBRE_TCP_TIMEOUT_SECS
+//	--bind ADDR   address the coordinator listens on, passed as COBRE_TCP_BIND_ADDR
+//	--grace D     time between SIGTERM and SIGKILL when a job is stopped, e.g. 200ms (default 5s)
+//
+// Each flag may be written with one dash or two, and as -flag value or -flag=value.
+//
+// # Environment
+//
+// Rank r (0 ≤ r < N) runs CMD ARGS with starrun's own environment plus
+//
+//	COBRE_COMM_BACKEND=tcp
+//	COBRE_TCP_COORDINATOR=127.0.0.1
+//	COBRE_TCP_PORT=P           (the same for every rank)
+//	COBRE_TCP_RANK=r
+//	COBRE_TCP_SIZE=N
+//	COBRE_TCP_TIMEOUT_SECS=S   (only with --timeout)
+//	COBRE_TCP_BIND_ADDR=ADDR   (only with --bind)
+//
+// These replace any value of the same variable starrun inherited. Variables
+// starrun does not set (COBRE_TCP_TIMEOUT_SECS without --timeout,
+// COBRE_TCP_CONNECT_TIMEOUT_MS, ...) pass through unchanged. With --port 0
+// starrun listens on port 0 of the bind address (127.0.0.1 by default),
+// reads the port the kernel chose and closes the socket before starting the
+// ranks; another program could in principle take the port in between.
+// Ranks read their standard input from /dev/null.
+//
+// # Output
+//
+// Every line a rank writes is copied to starrun's standard output or standard
+// error (whichever the rank wrote it to), prefixed with "[r] ". Lines of
+// different ranks never interleave mid-line. A final line without a newline
+// is printed with one added; a line longer than 1 MiB is split into 1 MiB
+// lines, each with the prefix.
+//
+// # Failure and signals
+//
+// starrun waits for every rank. The first rank to exit with a non-zero code
+// or to be killed by a signal is the job's failure: starrun reports it on
+// standard error, sends SIGTERM to every other rank still running, and
+// SIGKILL to those still running once the grace period is over. SIGINT and
+// SIGTERM sent to starrun are forwarded to every rank the same way; a second
+// one kills all ranks at once.
+//
+// Each rank runs in its own process group and is always signalled as a group,
+// so processes it started die with it. When a rank exits, whatever it left
+// running in its process group is killed. On Linux each rank also receives
+// SIGKILL if starrun itself dies.
+//
+// # Exit status
+//
+//   - 0 when every rank exits 0;
+//   - the first failed rank's exit code, or 128+signal number if it was killed
+//     by a signal (137 for SIGKILL);
+//   - after a forwarded SIGINT or SIGTERM, the result of the first rank to end
+//     with a non-zero status: 130 or 143 when it died from the signal, its own
+//     code when it handled the signal and exited (0 if every rank exited 0);
+//   - 2 for a usage error, 126 or 127 when the command cannot be started (127:
+//     not found), 1 for other launcher errors.
+//
+// starrun supports Unix-like systems only.
+package main

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Exit codes of starrun's own failures; see the package documentation for the
+// codes that come from the ranks.
+const (
+	exitLaunchError = 1   // the job could not be set up (free port, pipes)
+	exitUsage       = 2   // bad command line
+	exitCannotExec  = 126 // the command exists but could not be started
+	exitNotFound    = 127 // the command was not found
+)
+
+// defaultGrace is how long ranks get between SIGTERM and SIGKILL unless
+// --grace says otherwise.
+const defaultGrace = 5 * time.Second
+
+// synopsis is the one-line usage shown with every usage error.
+const synopsis = "usage: starrun -n N [--port P] [--timeout S] [--bind ADDR] [--grace D] -- CMD [ARGS...]"
+
+// config is one validated starrun command line.
+type config struct {
+	n       int           // number of ranks, at least 1
+	port    int           // coordinator port; 0 means pick a free one
+	timeout int           // COBRE_TCP_TIMEOUT_SECS; 0 means not given
+	bind    string        // COBRE_TCP_BIND_ADDR; "" means not given
+	grace   time.Duration // time between SIGTERM and SIGKILL when stopping
+	command []string      // the program and its arguments, never empty
+}
+
+// newFlagSet returns starrun's flag set, silent so the caller decides where
+// errors and help go, with its values stored in cfg.
+func newFlagSet(cfg *config) *flag.FlagSet {
+	fs := flag.NewFlagSet("starrun", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.IntVar(&cfg.n, "n", 0, "number of ranks to start (required, at least 1)")
+	fs.IntVar(&cfg.port, "port", 0, "coordinator TCP port passed as COBRE_TCP_PORT, 0..65535; 0 picks a free port")
+	fs.IntVar(&cfg.timeout, "timeout", 0, "collective timeout in seconds (> 0) passed as COBRE_TCP_TIMEOUT_SECS; unset if not given")
+	fs.StringVar(&cfg.bind, "bind", "", "coordinator listen address passed as COBRE_TCP_BIND_ADDR; unset if not given")
+	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "time ranks get between SIGTERM and SIGKILL when the job is stopped")
+	return fs
+}
+
+// parseArgs parses and validates a command line (without the program name).
+// It returns flag.ErrHelp when help was asked for, and otherwise an error
+// naming the offending flag.
+func parseArgs(args []string) (config, error) {
+	var cfg config
+	fs := newFlagSet(&cfg)
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+
+	switch {
+	case !given["n"]:
+		return config{}, errors.New("-n is required: give the number of ranks, e.g. -n 4")
+	case cfg.n < 1:
+		return config{}, fmt.Errorf("-n must be at least 1, got %d", cfg.n)
+	case cfg.port < 0 || cfg.port > 65535:
+		return config{}, fmt.Errorf("--port must be in 0..65535 (0 picks a free port), got %d", cfg.port)
+	case given["timeout"] && cfg.timeout <= 0:
+		return config{}, fmt.Errorf("--timeout must be a positive number of seconds, got %d", cfg.timeout)
+	case given["bind"] && cfg.bind == "":
+		return config{}, errors.New("--bind must not be empty")
+	case cfg.grace < 0:
+		return config{}, fmt.Errorf("--grace must not be negative, got %v", cfg.grace)
+	case fs.NArg() == 0:
+		return config{}, errors.New("no command given: put the program to run after --, e.g. starrun -n 2 -- ./prog")
+	}
+	cfg.command = fs.Args()
+	return cfg, nil
+}
+
+// writeHelp writes the full usage text, with every flag and its default, to w.
+func writeHelp(w io.Writer) {
+	var cfg config
+	fs := newFlagSet(&cfg)
+	fmt.Fprintln(w, synopsis)
+	fmt.Fprintln(w, "\nStarts N local ranks of CMD wired to a TCP coordinator on 127.0.0.1 through COBRE_* variables.")
+	fmt.Fprintln(w, "\nFlags (- and -- are equivalent):")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// maxLineBytes is the longest line starrun copies whole; longer lines are
+// split into pieces of this size, each printed as a line of its own, so a
+// rank that never writes a newline (a progress bar) cannot hold a destination
+// or grow memory without bound.
+const maxLineBytes = 1 << 20
+
+// readBufferBytes is the size of the buffer each output stream is read with.
+const readBufferBytes = 64 << 10
+
+// syncWriter serializes writes to one destination. Every Write reaches the
+// underlying writer whole and alone, so lines written with one Write never
+// interleave.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// Write writes p to the underlying writer while holding the lock.
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// printf writes one formatted line (a newline is appended) with one Write.
+func (s *syncWriter) printf(format string, args ...any) {
+	fmt.Fprintf(s, format+"\n", args...)
+}
+
+// copyLines copies src to dst line by line, putting prefix before every line
+// and writing each line with a single dst.Write. A final line without a
+// newline gets one, and a line longer than maxLine bytes (newline excluded)
+// is split into lines of maxLine bytes. Errors from dst are ignored so a
+// rank never blocks on a full pipe because starrun's output went away.
+// copyLines returns nil at EOF and the read error otherwise.
+func copyLines(dst io.Writer, src io.Reader, prefix string, maxLine int) error {
+	br := bufio.NewReaderSize(src, readBufferBytes)
+	var line []byte // the start of the current line, when it spans reads
+	var out []byte  // the bytes handed to dst
+	emit := func(parts ...[]byte) {
+		out = append(out[:0], prefix...)
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		out = append(out, '\n')
+		_, _ = dst.Write(out)
+	}
+	for {
+		chunk, err := br.ReadSlice('\n')
+		complete := err == nil // chunk ends with the line's newline
+		if complete {
+			chunk = chunk[:len(chunk)-1]
+		}
+		for len(line)+len(chunk) > maxLine {
+			k := maxLine - len(line)
+			emit(line, chunk[:k])
+			line, chunk = line[:0], chunk[k:]
+		}
+		if complete {
+			emit(line, chunk)
+			line = line[:0]
+			continue
+		}
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if len(line) > 0 {
+			emit(line)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+}

@@ -1,0 +1,10 @@
+// Package starcomm is an MPI-free collective-communication library for Go
+// programs that run as several cooperating processes: allgatherv, allreduce
+// (sum, min, max, bitwise or, reduced in rank order so results are
+// deterministic), broadcast from any root, and barrier, over a star of TCP
+// connections in which rank 0 coordinates.
+//
+// The API lives in package comm; the protocol in package star; the
+// transports in transport/tcp, transport/pipe and transport/faulty; the
+// heap-fallback shared-memory provider in package shm.
+package starcomm

@@ -1,12 +1,14 @@
 package star
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/starcomm/starcomm/transport"
@@ -107,15 +109,88 @@ var ErrReduceOpMismatch = errors.New("star: ranks disagree on the reduction oper
 // AbortError is the cause carried by an Abort frame (tag 0x0B): the peer
 // refused a handshake or gave up on the communicator. Reason is the peer's
 // UTF-8 text; Rank is the rank it blames, parsed from a reason of the form
-// "rank N failed ...", or -1.
+// "rank N ...", or -1; Cause is the class of the original failure, parsed
+// from a "[cause=NAME]" token (see causeNames), so that errors.Is finds
+// os.ErrDeadlineExceeded, io.EOF, io.ErrUnexpectedEOF, syscall.ECONNRESET,
+// ErrUnexpectedTag, ErrReduceOpMismatch or context.Canceled on every rank,
+// not only on the rank that saw the failure.
 type AbortError struct {
 	From   int
 	Rank   int
 	Reason string
+	Cause  error
 }
 
 func (e *AbortError) Error() string {
 	return fmt.Sprintf("aborted by rank %d: %s", e.From, e.Reason)
+}
+
+// Unwrap returns the cause class named in the reason, if any.
+func (e *AbortError) Unwrap() error { return e.Cause }
+
+// remoteTimeout stands for a timeout seen by another rank. It matches
+// os.ErrDeadlineExceeded (and any error whose Timeout method reports true)
+// in errors.Is, without star importing os.
+type remoteTimeout struct{}
+
+func (remoteTimeout) Error() string { return "timeout (seen by another rank)" }
+func (remoteTimeout) Timeout() bool { return true }
+func (remoteTimeout) Is(target error) bool {
+	var t interface{ Timeout() bool }
+	return target != context.DeadlineExceeded && errors.As(target, &t) && t.Timeout()
+}
+
+// causeNames maps the cause tokens of Abort reasons to the errors they
+// stand for.
+var causeNames = map[string]error{
+	"timeout":        remoteTimeout{},
+	"eof":            io.EOF,
+	"unexpected-eof": io.ErrUnexpectedEOF,
+	"reset":          syscall.ECONNRESET,
+	"tag":            ErrUnexpectedTag,
+	"op":             ErrReduceOpMismatch,
+	"shutdown":       ErrShutdown,
+	"canceled":       context.Canceled,
+	"deadline":       context.DeadlineExceeded,
+}
+
+// causeName classifies err for an Abort reason ("" when unknown).
+func causeName(err error) string {
+	var to interface{ Timeout() bool }
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "reset"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "unexpected-eof"
+	case errors.Is(err, io.EOF):
+		return "eof"
+	case errors.Is(err, ErrUnexpectedTag):
+		return "tag"
+	case errors.Is(err, ErrReduceOpMismatch):
+		return "op"
+	case errors.Is(err, ErrShutdown):
+		return "shutdown"
+	case errors.As(err, &to) && to.Timeout():
+		return "timeout"
+	}
+	return ""
+}
+
+// parseCause finds the "[cause=NAME]" token in an Abort reason.
+func parseCause(reason string) error {
+	_, rest, ok := strings.Cut(reason, "[cause=")
+	if !ok {
+		return nil
+	}
+	name, _, ok := strings.Cut(rest, "]")
+	if !ok {
+		return nil
+	}
+	return causeNames[name]
 }
 
 // blamedRank parses the rank named at the start of an abort reason.
@@ -314,7 +389,7 @@ func (l *link) unexpected(tag, want byte, n int) error {
 		if err := l.readFull(buf); err != nil {
 			return unexpectedEOF(err)
 		}
-		return &AbortError{From: l.peer, Rank: blamedRank(string(buf)), Reason: string(buf)}
+		return &AbortError{From: l.peer, Rank: blamedRank(string(buf)), Reason: string(buf), Cause: parseCause(string(buf))}
 	case tag == TagShutdown && n == 0 && want != TagHandshake:
 		return ErrShutdown
 	}

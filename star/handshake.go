@@ -190,14 +190,22 @@ func accept(ctx context.Context, cfg Config) ([]*link, error) {
 	for r := 1; r < cfg.Size; r++ {
 		if links[r] == nil {
 			missing = append(missing, r)
-		} else {
-			_ = links[r].conn.Close()
 		}
 	}
 	msg := fmt.Sprintf("%d of %d workers registered within %v; missing ranks %v", cfg.Size-1-len(missing), cfg.Size-1, cfg.ConnectTimeout, missing)
 	if len(refusals) > 0 {
 		msg += fmt.Sprintf("; refused %d connection(s), last: %s", len(refusals), refusals[len(refusals)-1])
 	}
+	// Tell the workers that did register which rank never came, so their
+	// first collective fails naming it rather than the coordinator.
+	reason := []byte(abortReason(missing[0], 0, "start-up", err, errors.New(msg)))
+	var lg sync.WaitGroup
+	for _, l := range links {
+		if l != nil {
+			lg.Go(func() { l.linger(TagAbort, reason, cfg.ShutdownTimeout) })
+		}
+	}
+	lg.Wait()
 	return nil, fmt.Errorf("%s: %w", msg, err)
 }
 

@@ -235,7 +235,17 @@ func (c *Comm) fail(ctx context.Context, op string, err error) error {
 	// Every link ends in the background with an Abort frame naming the rank
 	// at fault: a live peer learns the cause at once, a dead one costs
 	// nothing (the write fails), a hung one at most ShutdownTimeout.
-	reason := []byte(abortReason(c.rank, op, out))
+	// The rank at fault: as the error names it; else the peer whose frame
+	// was wrong; else this rank.
+	blame := c.rank
+	var cf *comm.CollectiveFailedError
+	switch {
+	case errors.As(out, &cf) && cf.Rank >= 0:
+		blame = cf.Rank
+	case peer >= 0:
+		blame = peer
+	}
+	reason := []byte(abortReason(blame, c.rank, op, err, out))
 	ends := c.links
 	if c.up != nil {
 		ends = []*link{c.up}
@@ -260,15 +270,23 @@ func peerEnded(err error) bool {
 	return errors.As(err, &ab) || errors.Is(err, ErrShutdown) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// abortReason is the text of the Abort frame sent to surviving peers: it
-// starts with "rank N failed" naming the rank at fault, which the receiver
-// parses (AbortError.Rank).
-func abortReason(self int, op string, err error) string {
-	var cf *comm.CollectiveFailedError
-	if errors.As(err, &cf) && cf.Rank >= 0 {
-		return fmt.Sprintf("rank %d failed during %s (seen by rank %d): %v", cf.Rank, op, self, err)
+// abortReason is the text of the Abort frame sent to surviving peers:
+// "rank N failed during OP (seen by rank M) [cause=NAME]: message". It
+// starts with the rank at fault, which the receiver parses into
+// AbortError.Rank, and carries the cause class for errors.Is.
+func abortReason(blame, self int, op string, cause, out error) string {
+	name := causeName(cause)
+	if name == "" {
+		var ab *AbortError
+		if errors.As(cause, &ab) && ab.Cause != nil {
+			name = causeName(ab.Cause)
+		}
 	}
-	return fmt.Sprintf("rank %d failed during %s: %v", self, op, err)
+	tag := ""
+	if name != "" {
+		tag = " [cause=" + name + "]"
+	}
+	return fmt.Sprintf("rank %d failed during %s (seen by rank %d)%s: %v", blame, op, self, tag, out)
 }
 
 // describe explains a link error in words.

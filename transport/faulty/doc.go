@@ -1,0 +1,36 @@
+// Package faulty is a fault-injecting transport driver: it wraps the conns of
+// any other driver and injects scripted, deterministic faults, so that every
+// failure path of the star protocol can be driven in a unit test.
+//
+// Faults are keyed by position in the byte stream, never by wall-clock time:
+// a Fault names the end it acts on (Rank, and Link: the peer's rank), the
+// direction (Write: bytes this end sends; Read: bytes it receives), the
+// frame index in that direction (0 is the first frame: a worker's
+// Handshake, or the coordinator's Ack) and the byte offset inside that frame
+// (0 is before its first byte; 5 is the first payload byte). Frames are
+// tracked by parsing the spec's 4-byte big-endian LEN as bytes pass.
+//
+// The faults:
+//
+//   - Crash: the end closes at the trigger point (its peer reads EOF, or
+//     io.ErrUnexpectedEOF when the trigger is inside a frame: a frame cut
+//     short). The crashed end's own I/O fails with net.ErrClosed.
+//   - Hang: from the trigger on, the end stops reading and writing: every
+//     Read and Write blocks until its deadline (then os.ErrDeadlineExceeded)
+//     or Close. Deadlines set while blocked take effect.
+//   - Reset: the end's I/O fails with an error wrapping syscall.ECONNRESET,
+//     and the underlying conn closes.
+//   - Deadline: the I/O at the trigger fails at once with
+//     os.ErrDeadlineExceeded, as if the timeout had expired.
+//   - Delay: the I/O at the trigger waits Delay first (or until its
+//     deadline), then goes on: a slow link, not a failure.
+//   - CorruptTag: the frame's tag byte is replaced by 0xEE.
+//   - LenTooLarge, LenTooSmall: the frame's LEN is replaced by LEN+Extra
+//     (default: 0xFFFFFFFF) or LEN-1. The rest of the stream is unchanged.
+//   - RefuseDial: Dial fails with an error wrapping syscall.ECONNREFUSED.
+//
+// Corruptions apply to the frame's header, whatever the Offset. Faults fire
+// once. A Script holds the faults of a whole run; WrapDialer and
+// WrapListener attach it to one rank's ends; Fire triggers a fault "now"
+// (between collectives) instead of at a stream position.
+package faulty

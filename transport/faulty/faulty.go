@@ -1,0 +1,631 @@
+package faulty
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/starcomm/starcomm/transport"
+)
+
+// Kind is a kind of fault.
+type Kind int
+
+// The fault kinds; see the package doc.
+const (
+	Crash Kind = iota + 1
+	Hang
+	Reset
+	Deadline
+	Delay
+	CorruptTag
+	LenTooLarge
+	LenTooSmall
+	RefuseDial
+)
+
+var kindNames = map[Kind]string{Crash: "crash", Hang: "hang", Reset: "reset", Deadline: "deadline", Delay: "delay",
+	CorruptTag: "corrupt-tag", LenTooLarge: "len-too-large", LenTooSmall: "len-too-small", RefuseDial: "refuse-dial"}
+
+// String returns the fault's name, as used in test names.
+func (k Kind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Dir is a direction of the byte stream at one end.
+type Dir int
+
+// Directions.
+const (
+	Write Dir = iota // bytes this end sends
+	Read             // bytes this end receives
+)
+
+// String returns "write" or "read".
+func (d Dir) String() string {
+	if d == Read {
+		return "read"
+	}
+	return "write"
+}
+
+// headerSize is the spec's LEN (4 bytes) + TAG (1 byte).
+const headerSize = 5
+
+// Fault is one scripted fault.
+type Fault struct {
+	Kind Kind
+	// Rank is the rank whose end the fault acts on: 0 for the
+	// coordinator's ends, r for worker r's end.
+	Rank int
+	// Link is the peer's rank: on the coordinator, the worker whose link
+	// it is (-1: every link); on a worker, 0.
+	Link int
+	// Dir, Frame and Offset place the trigger in the stream.
+	Dir    Dir
+	Frame  int
+	Offset int
+	// Delay is the wait of a Delay fault.
+	Delay time.Duration
+	// Extra is added to LEN by LenTooLarge; 0 means set LEN to 0xFFFFFFFF.
+	Extra uint32
+	// Manual faults never trigger from the stream; Script.Fire triggers
+	// them.
+	Manual bool
+}
+
+// String describes the fault.
+func (f Fault) String() string {
+	return fmt.Sprintf("%v rank=%d link=%d %v frame=%d offset=%d", f.Kind, f.Rank, f.Link, f.Dir, f.Frame, f.Offset)
+}
+
+// Script is the set of faults of one run. It is safe for concurrent use.
+type Script struct {
+	mu     sync.Mutex
+	faults []*armed
+	conns  []*Conn
+}
+
+type armed struct {
+	Fault
+	fired bool
+}
+
+// NewScript returns a script holding faults.
+func NewScript(faults ...Fault) *Script {
+	s := &Script{}
+	for _, f := range faults {
+		s.faults = append(s.faults, &armed{Fault: f})
+	}
+	return s
+}
+
+// Fired reports how many faults have fired.
+func (s *Script) Fired() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, f := range s.faults {
+		if f.fired {
+			n++
+		}
+	}
+	return n
+}
+
+// take returns the first unfired fault for this end, direction and
+// position, marking it fired.
+func (s *Script) take(rank, link int, dir Dir, frame, offset int, match func(f *armed) bool) *armed {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.faults {
+		if f.fired || f.Manual || f.Rank != rank || (f.Link != -1 && f.Link != link) || f.Dir != dir || f.Kind == RefuseDial {
+			continue
+		}
+		if match(f) {
+			f.fired = true
+			return f
+		}
+	}
+	return nil
+}
+
+// Fire triggers every Manual fault of rank now, on each of its ends that
+// matches: Crash closes, Reset resets, Hang hangs; Deadline fails the next
+// I/O; corruptions corrupt the next frame sent (Dir Write) or received
+// (Dir Read).
+func (s *Script) Fire(rank int) {
+	s.mu.Lock()
+	var todo []func()
+	for _, f := range s.faults {
+		if f.fired || !f.Manual || f.Rank != rank {
+			continue
+		}
+		f.fired = true
+		for _, c := range s.conns {
+			if c.rank == rank && (f.Link == -1 || f.Link == c.Link()) {
+				todo = append(todo, func() { c.fireNow(f.Fault) })
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, do := range todo {
+		do()
+	}
+}
+
+// WrapDialer returns a Dialer for worker rank whose conns carry the
+// script's faults for that rank (Link 0). A RefuseDial fault for rank makes
+// the next Dial fail with ECONNREFUSED.
+func (s *Script) WrapDialer(d transport.Dialer, rank int) transport.Dialer {
+	return transport.DialerFunc(func(ctx context.Context, addr string) (transport.Conn, error) {
+		s.mu.Lock()
+		for _, f := range s.faults {
+			if !f.fired && f.Kind == RefuseDial && f.Rank == rank {
+				f.fired = true
+				s.mu.Unlock()
+				return nil, &net.OpError{Op: "dial", Net: "faulty", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+			}
+		}
+		s.mu.Unlock()
+		c, err := d.Dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		return s.wrap(c, rank, 0), nil
+	})
+}
+
+// WrapListener returns a Listener for the coordinator (rank 0) whose
+// accepted conns carry the script's faults for rank 0. An accepted conn
+// learns its link (the worker's rank) from the Handshake it reads.
+func (s *Script) WrapListener(l transport.Listener) transport.Listener {
+	return &listener{Listener: l, s: s}
+}
+
+type listener struct {
+	transport.Listener
+	s *Script
+}
+
+func (l *listener) Accept() (transport.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return l.s.wrap(c, 0, -1), nil
+}
+
+func (s *Script) wrap(c transport.Conn, rank, link int) *Conn {
+	fc := &Conn{inner: c, s: s, rank: rank, link: link, changed: make(chan struct{}), closed: make(chan struct{})}
+	s.mu.Lock()
+	s.conns = append(s.conns, fc)
+	s.mu.Unlock()
+	return fc
+}
+
+// Conn is a conn with faults. It implements transport.Conn.
+type Conn struct {
+	inner transport.Conn
+	s     *Script
+	rank  int
+
+	mu        sync.Mutex
+	link      int // -1 until the handshake is seen (coordinator side)
+	hung      bool
+	broken    error // sticky error after Crash or Reset
+	once      error // error for the next I/O (Deadline)
+	corrupt   [2][]Fault
+	rdeadline time.Time
+	wdeadline time.Time
+	changed   chan struct{} // closed and replaced when a deadline changes
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	// Stream position per direction.
+	pos [2]struct {
+		frame, offset int
+		size          int // bytes of the current frame, once LEN is known
+		hdr           [headerSize]byte
+	}
+	pending []byte // read bytes held back (a corrupted header)
+}
+
+var _ transport.Conn = (*Conn)(nil)
+
+// Link returns the peer's rank, or -1 while unknown.
+func (c *Conn) Link() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.link
+}
+
+func (c *Conn) fireNow(f Fault) {
+	switch f.Kind {
+	case Crash:
+		c.breakWith(net.ErrClosed)
+	case Reset:
+		c.breakWith(resetErr())
+	case Hang:
+		c.mu.Lock()
+		c.hung = true
+		c.mu.Unlock()
+	case Deadline:
+		c.mu.Lock()
+		c.once = os.ErrDeadlineExceeded
+		c.mu.Unlock()
+	case CorruptTag, LenTooLarge, LenTooSmall:
+		c.mu.Lock()
+		c.corrupt[f.Dir] = append(c.corrupt[f.Dir], f)
+		c.mu.Unlock()
+	}
+}
+
+func resetErr() error {
+	return &net.OpError{Op: "read", Net: "faulty", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+}
+
+// breakWith closes the underlying conn; later I/O on this end returns err.
+func (c *Conn) breakWith(err error) {
+	c.mu.Lock()
+	if c.broken == nil {
+		c.broken = err
+	}
+	c.mu.Unlock()
+	_ = c.inner.Close()
+}
+
+// trigger finds a stream fault placed within the next n bytes of dir and
+// returns it with the number of bytes to pass before it fires.
+func (c *Conn) trigger(dir Dir, n int) (*armed, int) {
+	c.mu.Lock()
+	frame, off, link := c.pos[dir].frame, c.pos[dir].offset, c.link
+	size := c.pos[dir].size
+	c.mu.Unlock()
+	// Look ahead frame by frame only within the current frame; later frames
+	// are reached by later calls (each call stops at a frame boundary when
+	// a fault is pending in the next frame).
+	var before int
+	f := c.s.take(c.rank, link, dir, frame, off, func(f *armed) bool {
+		if f.Frame != frame {
+			return false
+		}
+		switch f.Kind {
+		case CorruptTag, LenTooLarge, LenTooSmall:
+			return off == 0
+		}
+		if f.Offset < off || f.Offset > off+n {
+			return false
+		}
+		if size > 0 && f.Offset > size {
+			return false
+		}
+		before = f.Offset - off
+		return true
+	})
+	return f, before
+}
+
+// advance moves dir's position over p (bytes that passed).
+func (c *Conn) advance(dir Dir, p []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := &c.pos[dir]
+	for len(p) > 0 {
+		if st.offset < headerSize {
+			k := min(len(p), headerSize-st.offset)
+			copy(st.hdr[st.offset:], p[:k])
+			st.offset += k
+			p = p[k:]
+			if st.offset >= 4 && st.size == 0 {
+				st.size = 4 + int(binary.BigEndian.Uint32(st.hdr[:4]))
+			}
+			if st.offset == headerSize && dir == Read && c.link == -1 && st.hdr[4] == 0x08 && st.frame == 0 && st.size == 13 {
+				// The worker's rank follows in the handshake payload;
+				// learnt in learnLink once read.
+			}
+		} else {
+			k := min(len(p), st.size-st.offset)
+			if dir == Read && c.link == -1 && st.frame == 0 && st.hdr[4] == 0x08 && st.offset == headerSize && k >= 4 {
+				c.link = int(binary.BigEndian.Uint32(p[:4]))
+			}
+			st.offset += k
+			p = p[k:]
+		}
+		if st.size > 0 && st.offset >= st.size {
+			st.frame++
+			st.offset, st.size = 0, 0
+		}
+	}
+}
+
+// wait blocks, as a hung end does, until the deadline for dir passes or the
+// conn closes.
+func (c *Conn) wait(dir Dir, until time.Time) error {
+	for {
+		c.mu.Lock()
+		dl := c.wdeadline
+		if dir == Read {
+			dl = c.rdeadline
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		if !until.IsZero() && (dl.IsZero() || until.Before(dl)) {
+			dl = until
+		}
+		var timer <-chan time.Time
+		if !dl.IsZero() {
+			d := time.Until(dl)
+			if d <= 0 {
+				if !until.IsZero() && dl.Equal(until) {
+					return nil // a Delay that ended
+				}
+				return os.ErrDeadlineExceeded
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-c.closed:
+			return net.ErrClosed
+		case <-changed:
+		case <-timer:
+			if !until.IsZero() && dl.Equal(until) {
+				return nil
+			}
+			return os.ErrDeadlineExceeded
+		}
+	}
+}
+
+// act applies a fault that fired; it returns an error to report instead of
+// the I/O, or nil to continue.
+func (c *Conn) act(dir Dir, f *armed) error {
+	switch f.Kind {
+	case Crash:
+		c.breakWith(net.ErrClosed)
+		return net.ErrClosed
+	case Reset:
+		c.breakWith(resetErr())
+		return resetErr()
+	case Deadline:
+		return os.ErrDeadlineExceeded
+	case Hang:
+		c.mu.Lock()
+		c.hung = true
+		c.mu.Unlock()
+		return c.wait(dir, time.Time{})
+	case Delay:
+		return c.wait(dir, time.Now().Add(f.Delay))
+	}
+	return nil
+}
+
+// state returns an error the next I/O must report, or blocks if hung.
+func (c *Conn) state(dir Dir) error {
+	c.mu.Lock()
+	broken, hung, once := c.broken, c.hung, c.once
+	c.once = nil
+	c.mu.Unlock()
+	switch {
+	case broken != nil:
+		return broken
+	case once != nil:
+		return once
+	case hung:
+		if err := c.wait(dir, time.Time{}); err != nil {
+			return err
+		}
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+// corruption returns a header corruption scheduled for dir's current frame.
+func (c *Conn) corruption(dir Dir) *Fault {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pos[dir].offset != 0 {
+		return nil
+	}
+	if len(c.corrupt[dir]) > 0 {
+		f := c.corrupt[dir][0]
+		c.corrupt[dir] = c.corrupt[dir][1:]
+		return &f
+	}
+	return nil
+}
+
+func corruptHeader(h []byte, f *Fault) {
+	switch f.Kind {
+	case CorruptTag:
+		h[4] = 0xEE
+	case LenTooLarge:
+		n := uint32(0xFFFFFFFF)
+		if f.Extra != 0 {
+			n = binary.BigEndian.Uint32(h[:4]) + f.Extra
+		}
+		binary.BigEndian.PutUint32(h[:4], n)
+	case LenTooSmall:
+		if n := binary.BigEndian.Uint32(h[:4]); n > 1 {
+			binary.BigEndian.PutUint32(h[:4], n-1)
+		}
+	}
+}
+
+func (c *Conn) headerFault(dir Dir) *Fault {
+	if f := c.corruption(dir); f != nil {
+		return f
+	}
+	a, _ := c.trigger(dir, 0)
+	if a == nil {
+		return nil
+	}
+	switch a.Kind {
+	case CorruptTag, LenTooLarge, LenTooSmall:
+		return &a.Fault
+	}
+	// Not a corruption: put it back.
+	c.s.mu.Lock()
+	a.fired = false
+	c.s.mu.Unlock()
+	return nil
+}
+
+// Write sends p, applying the faults placed in it.
+func (c *Conn) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		if err := c.state(Write); err != nil {
+			return written, err
+		}
+		if f := c.headerFault(Write); f != nil {
+			if len(p) < headerSize {
+				return written, fmt.Errorf("faulty: cannot corrupt a frame header split across writes (%d bytes)", len(p))
+			}
+			h := make([]byte, headerSize)
+			copy(h, p[:headerSize])
+			corruptHeader(h, f)
+			n, err := c.inner.Write(h)
+			c.advance(Write, p[:n]) // track the real frame, not the lie
+			written += n
+			p = p[n:]
+			if err != nil {
+				return written, err
+			}
+			continue
+		}
+		a, before := c.trigger(Write, len(p))
+		chunk := p
+		if a != nil {
+			chunk = p[:before]
+		} else {
+			chunk = p[:c.untilFrameEnd(Write, len(p))]
+		}
+		if len(chunk) > 0 {
+			n, err := c.inner.Write(chunk)
+			c.advance(Write, chunk[:n])
+			written += n
+			p = p[n:]
+			if err != nil {
+				return written, err
+			}
+		}
+		if a != nil {
+			if err := c.act(Write, a); err != nil {
+				return written, err
+			}
+		}
+	}
+	return written, nil
+}
+
+// untilFrameEnd bounds an I/O to the end of the current frame (or its
+// header) so that faults in the next frame are seen before it starts.
+func (c *Conn) untilFrameEnd(dir Dir, n int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.pos[dir]
+	if st.offset < headerSize {
+		return min(n, headerSize-st.offset)
+	}
+	return min(n, st.size-st.offset)
+}
+
+// Read receives into p, applying the faults placed in the stream.
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.mu.Lock()
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		c.mu.Unlock()
+		return n, nil
+	}
+	c.mu.Unlock()
+	if err := c.state(Read); err != nil {
+		return 0, err
+	}
+	if f := c.headerFault(Read); f != nil {
+		h := make([]byte, headerSize)
+		if _, err := io.ReadFull(c.inner, h); err != nil {
+			return 0, err
+		}
+		c.advance(Read, h)
+		corruptHeader(h, f)
+		n := copy(p, h)
+		c.mu.Lock()
+		c.pending = append(c.pending[:0], h[n:]...)
+		c.mu.Unlock()
+		return n, nil
+	}
+	a, before := c.trigger(Read, len(p))
+	limit := c.untilFrameEnd(Read, len(p))
+	if a != nil {
+		limit = before
+	}
+	if limit > 0 {
+		n, err := c.inner.Read(p[:limit])
+		c.advance(Read, p[:n])
+		if a != nil && n < limit {
+			// The trigger is not reached yet: put the fault back.
+			c.s.mu.Lock()
+			a.fired = false
+			c.s.mu.Unlock()
+		}
+		return n, err
+	}
+	if err := c.act(Read, a); err != nil {
+		return 0, err
+	}
+	return c.Read(p)
+}
+
+// Close closes the conn and unblocks a hung Read or Write.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.inner.Close()
+}
+
+func (c *Conn) setDeadline(r, w bool, t time.Time) {
+	c.mu.Lock()
+	if r {
+		c.rdeadline = t
+	}
+	if w {
+		c.wdeadline = t
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// SetDeadline sets both deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.setDeadline(true, true, t)
+	return c.inner.SetDeadline(t)
+}
+
+// SetReadDeadline sets the read deadline.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.setDeadline(true, false, t)
+	return c.inner.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the write deadline.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.setDeadline(false, true, t)
+	return c.inner.SetWriteDeadline(t)
+}

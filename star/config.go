@@ -16,8 +16,8 @@ type Config struct {
 	// Timeout bounds every read and write of a collective (each call moves
 	// at most 4 MiB): a peer that sends nothing for this long is declared
 	// failed. The spec's COBRE_TCP_TIMEOUT_SECS; default 60 s. A worker
-	// waits min(Timeout/2, 500 ms) longer for the coordinator's reply, so
-	// that the coordinator, which sees a hung rank first, can name it.
+	// waits min(Timeout/2, 500 ms) longer on its link to the coordinator,
+	// so that the coordinator, which sees a hung rank first, can name it.
 	Timeout time.Duration
 	// ConnectTimeout bounds start-up: a worker's dial and handshake, and the
 	// coordinator's wait for every worker to register. Default 30 s.

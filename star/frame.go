@@ -81,11 +81,11 @@ func PutHeader(h []byte, tag byte, payloadLen int) {
 }
 
 // ParseHeader decodes a frame header: the payload length (LEN - 1) and the
-// tag. LEN = 0 (no room for a tag) is an error.
+// tag. LEN = 0 (no room for a tag) is ErrZeroLength, with payload length -1.
 func ParseHeader(h []byte) (payloadLen int, tag byte, err error) {
 	n := binary.BigEndian.Uint32(h[0:4])
 	if n == 0 {
-		return 0, h[4], ErrZeroLength
+		return -1, h[4], ErrZeroLength
 	}
 	return int(n - 1), h[4], nil
 }
@@ -147,6 +147,7 @@ var causeNames = map[string]error{
 	"eof":            io.EOF,
 	"unexpected-eof": io.ErrUnexpectedEOF,
 	"reset":          syscall.ECONNRESET,
+	"pipe":           syscall.EPIPE,
 	"tag":            ErrUnexpectedTag,
 	"op":             ErrReduceOpMismatch,
 	"shutdown":       ErrShutdown,
@@ -164,6 +165,8 @@ func causeName(err error) string {
 		return "deadline"
 	case errors.Is(err, syscall.ECONNRESET):
 		return "reset"
+	case errors.Is(err, syscall.EPIPE):
+		return "pipe"
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "unexpected-eof"
 	case errors.Is(err, io.EOF):
@@ -239,10 +242,11 @@ type link struct {
 	peer    int
 	conn    transport.Conn
 	bw      transport.BuffersWriter
-	timeout time.Duration // per write call, and per read call on the coordinator
-	// rtimeout is the per-read-call deadline: on a worker it is longer than
-	// the coordinator's (see replyMargin), so that when a third rank hangs
-	// the coordinator detects it first and its Abort arrives in time.
+	// timeout and rtimeout are the per-call write and read deadlines. On a
+	// worker both are longer than the coordinator's (see replyMargin), so
+	// that when a third rank hangs the coordinator detects it first and its
+	// Abort arrives in time.
+	timeout  time.Duration
 	rtimeout time.Duration
 
 	whdr  [HeaderSize + 1]byte
@@ -304,18 +308,19 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 			size += len(b)
 		}
 		l.parts = batch[:0]
-		if err := l.conn.SetWriteDeadline(time.Now().Add(l.timeout)); err != nil {
-			return err
-		}
+		// A deadline that cannot be set (a pipe refuses once the peer has
+		// closed) is not the error to report: the I/O below reports the
+		// real one.
+		_ = l.conn.SetWriteDeadline(time.Now().Add(l.timeout))
 		if l.bw != nil && len(batch) > 1 {
 			if _, err := l.bw.WriteBuffers(batch); err != nil {
-				return err
+				return writeErr(err)
 			}
 			continue
 		}
 		for _, b := range batch {
 			if _, err := l.conn.Write(b); err != nil {
-				return err
+				return writeErr(err)
 			}
 		}
 	}
@@ -328,13 +333,29 @@ func replyMargin(timeout time.Duration) time.Duration {
 	return min(timeout/2, 500*time.Millisecond)
 }
 
+// brokenPipe is a write to a peer that closed, reported by an in-memory
+// pipe as io.ErrClosedPipe: it is what TCP reports as EPIPE, so it matches
+// syscall.EPIPE in errors.Is. (Close of this end during a collective is
+// told apart by the communicator, not here.)
+type brokenPipe struct{ err error }
+
+func (e brokenPipe) Error() string        { return "broken pipe (peer closed): " + e.err.Error() }
+func (e brokenPipe) Unwrap() error        { return e.err }
+func (e brokenPipe) Is(target error) bool { return target == syscall.EPIPE }
+
+// writeErr translates a driver's write error at the edge.
+func writeErr(err error) error {
+	if errors.Is(err, io.ErrClosedPipe) {
+		return brokenPipe{err}
+	}
+	return err
+}
+
 // readFull fills p, at most chunk bytes per deadline.
 func (l *link) readFull(p []byte) error {
 	for len(p) > 0 {
 		n := min(len(p), chunk)
-		if err := l.conn.SetReadDeadline(time.Now().Add(l.rtimeout)); err != nil {
-			return err
-		}
+		_ = l.conn.SetReadDeadline(time.Now().Add(l.rtimeout)) // see writeAll
 		if _, err := io.ReadFull(l.conn, p[:n]); err != nil {
 			return err
 		}
@@ -358,6 +379,12 @@ func (l *link) readHeader() (payloadLen int, tag byte, err error) {
 // refused without reading the payload.
 func (l *link) readFrame(want byte, parts ...[]byte) error {
 	n, tag, err := l.readHeader()
+	if err == ErrZeroLength {
+		// LEN 0 leaves no room for the tag: a length mismatch like any
+		// other (spec table 5.3), reported as payload length -1.
+		err = nil
+		tag = want
+	}
 	if err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ func TestReadFrameRefusesWithoutReading(t *testing.T) {
 		{"len too large", "FFFFFFFF 01", "carries 4294967294 payload bytes, expected 8"},
 		{"len too small", "00000002 01", "carries 1 payload bytes, expected 8"},
 		{"wrong tag", "00000009 02", "received AllgathervRecv frame, expected AllgathervSend"},
-		{"zero len", "00000000 01", "LEN 0"},
+		{"zero len", "00000000 01", "carries -1 payload bytes, expected 8"},
 		{"huge abort", "FFFFFFFF 0B", "received Abort frame"},
 	}
 	for _, tc := range cases {

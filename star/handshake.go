@@ -245,7 +245,7 @@ func dial(ctx context.Context, cfg Config) (*link, error) {
 	}
 	stop()
 	_ = conn.SetDeadline(time.Time{})
-	l.timeout = cfg.Timeout
-	l.rtimeout = cfg.Timeout + replyMargin(cfg.Timeout)
+	l.timeout = cfg.Timeout + replyMargin(cfg.Timeout)
+	l.rtimeout = l.timeout
 	return l, nil
 }

@@ -17,7 +17,8 @@
 //     short). The crashed end's own I/O fails with net.ErrClosed.
 //   - Hang: from the trigger on, the end stops reading and writing: every
 //     Read and Write blocks until its deadline (then os.ErrDeadlineExceeded)
-//     or Close. Deadlines set while blocked take effect.
+//     or Close. Deadlines set while blocked take effect. A hung end never
+//     closes its underlying conn, so its peer sees silence, not EOF.
 //   - Reset: the end's I/O fails with an error wrapping syscall.ECONNRESET,
 //     and the underlying conn closes.
 //   - Deadline: the I/O at the trigger fails at once with
@@ -26,7 +27,8 @@
 //     deadline), then goes on: a slow link, not a failure.
 //   - CorruptTag: the frame's tag byte is replaced by 0xEE.
 //   - LenTooLarge, LenTooSmall: the frame's LEN is replaced by LEN+Extra
-//     (default: 0xFFFFFFFF) or LEN-1. The rest of the stream is unchanged.
+//     (default: 0xFFFFFFFF) or LEN-1 (a LEN of 1 becomes 0). The rest of
+//     the stream is unchanged.
 //   - RefuseDial: Dial fails with an error wrapping syscall.ECONNREFUSED.
 //
 // Corruptions apply to the frame's header, whatever the Offset. Faults fire

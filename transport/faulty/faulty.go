@@ -81,6 +81,9 @@ type Fault struct {
 	// Manual faults never trigger from the stream; Script.Fire triggers
 	// them.
 	Manual bool
+	// WholeRank makes a Crash, Reset or Hang act on every end of Rank at
+	// once, as when the whole process dies or stops, not one link.
+	WholeRank bool
 }
 
 // String describes the fault.
@@ -93,6 +96,7 @@ type Script struct {
 	mu     sync.Mutex
 	faults []*armed
 	conns  []*Conn
+	dead   map[int]Fault // ranks a WholeRank Crash or Hang has hit
 }
 
 type armed struct {
@@ -132,7 +136,6 @@ func (s *Script) take(rank, link int, dir Dir, frame, offset int, match func(f *
 			continue
 		}
 		if match(f) {
-			f.fired = true
 			return f
 		}
 	}
@@ -151,8 +154,14 @@ func (s *Script) Fire(rank int) {
 			continue
 		}
 		f.fired = true
+		if f.WholeRank && (f.Kind == Crash || f.Kind == Hang) {
+			if s.dead == nil {
+				s.dead = map[int]Fault{}
+			}
+			s.dead[f.Rank] = f.Fault
+		}
 		for _, c := range s.conns {
-			if c.rank == rank && (f.Link == -1 || f.Link == c.Link()) {
+			if c.rank == rank && (f.WholeRank || f.Link == -1 || f.Link == c.Link()) {
 				todo = append(todo, func() { c.fireNow(f.Fault) })
 			}
 		}
@@ -209,8 +218,27 @@ func (s *Script) wrap(c transport.Conn, rank, link int) *Conn {
 	fc := &Conn{inner: c, s: s, rank: rank, link: link, changed: make(chan struct{}), closed: make(chan struct{})}
 	s.mu.Lock()
 	s.conns = append(s.conns, fc)
+	dead, isDead := s.dead[rank]
 	s.mu.Unlock()
+	if isDead {
+		// A crashed or hung process does not come back for new
+		// connections either.
+		fc.fireNow(dead)
+	}
 	return fc
+}
+
+// markDead records that a WholeRank fault hit f.Rank.
+func (s *Script) markDead(f Fault) {
+	if f.Kind != Crash && f.Kind != Hang {
+		return
+	}
+	s.mu.Lock()
+	if s.dead == nil {
+		s.dead = map[int]Fault{}
+	}
+	s.dead[f.Rank] = f
+	s.mu.Unlock()
 }
 
 // Conn is a conn with faults. It implements transport.Conn.
@@ -301,7 +329,7 @@ func (c *Conn) trigger(dir Dir, n int) (*armed, int) {
 		}
 		switch f.Kind {
 		case CorruptTag, LenTooLarge, LenTooSmall:
-			return off == 0
+			return false // applied by headerFault
 		}
 		if f.Offset < off || f.Offset > off+n {
 			return false
@@ -312,6 +340,13 @@ func (c *Conn) trigger(dir Dir, n int) (*armed, int) {
 		before = f.Offset - off
 		return true
 	})
+	if f != nil && before == 0 {
+		// Only a fault at the current position fires; one further on
+		// just bounds this I/O so that the next one starts at it.
+		c.s.mu.Lock()
+		f.fired = true
+		c.s.mu.Unlock()
+	}
 	return f, before
 }
 
@@ -391,6 +426,20 @@ func (c *Conn) wait(dir Dir, until time.Time) error {
 // act applies a fault that fired; it returns an error to report instead of
 // the I/O, or nil to continue.
 func (c *Conn) act(dir Dir, f *armed) error {
+	if f.WholeRank {
+		c.s.markDead(f.Fault)
+		c.s.mu.Lock()
+		var others []*Conn
+		for _, o := range c.s.conns {
+			if o != c && o.rank == c.rank {
+				others = append(others, o)
+			}
+		}
+		c.s.mu.Unlock()
+		for _, o := range others {
+			o.fireNow(f.Fault)
+		}
+	}
 	switch f.Kind {
 	case Crash:
 		c.breakWith(net.ErrClosed)
@@ -457,7 +506,7 @@ func corruptHeader(h []byte, f *Fault) {
 		}
 		binary.BigEndian.PutUint32(h[:4], n)
 	case LenTooSmall:
-		if n := binary.BigEndian.Uint32(h[:4]); n > 1 {
+		if n := binary.BigEndian.Uint32(h[:4]); n > 0 {
 			binary.BigEndian.PutUint32(h[:4], n-1)
 		}
 	}
@@ -467,19 +516,26 @@ func (c *Conn) headerFault(dir Dir) *Fault {
 	if f := c.corruption(dir); f != nil {
 		return f
 	}
-	a, _ := c.trigger(dir, 0)
+	c.mu.Lock()
+	frame, off, link := c.pos[dir].frame, c.pos[dir].offset, c.link
+	c.mu.Unlock()
+	if off != 0 {
+		return nil
+	}
+	a := c.s.take(c.rank, link, dir, frame, off, func(f *armed) bool {
+		switch f.Kind {
+		case CorruptTag, LenTooLarge, LenTooSmall:
+			return f.Frame == frame
+		}
+		return false
+	})
 	if a == nil {
 		return nil
 	}
-	switch a.Kind {
-	case CorruptTag, LenTooLarge, LenTooSmall:
-		return &a.Fault
-	}
-	// Not a corruption: put it back.
 	c.s.mu.Lock()
-	a.fired = false
+	a.fired = true
 	c.s.mu.Unlock()
-	return nil
+	return &a.Fault
 }
 
 // Write sends p, applying the faults placed in it.
@@ -521,7 +577,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 				return written, err
 			}
 		}
-		if a != nil {
+		if a != nil && before == 0 {
 			if err := c.act(Write, a); err != nil {
 				return written, err
 			}
@@ -579,12 +635,6 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if limit > 0 {
 		n, err := c.inner.Read(p[:limit])
 		c.advance(Read, p[:n])
-		if a != nil && n < limit {
-			// The trigger is not reached yet: put the fault back.
-			c.s.mu.Lock()
-			a.fired = false
-			c.s.mu.Unlock()
-		}
 		return n, err
 	}
 	if err := c.act(Read, a); err != nil {
@@ -593,9 +643,17 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return c.Read(p)
 }
 
-// Close closes the conn and unblocks a hung Read or Write.
+// Close closes the conn and unblocks a hung Read or Write. A hung end does
+// not close its underlying conn: a hung process never closes its sockets,
+// so its peers see silence (and time out), not EOF.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() { close(c.closed) })
+	c.mu.Lock()
+	hung := c.hung
+	c.mu.Unlock()
+	if hung {
+		return nil
+	}
 	return c.inner.Close()
 }
 

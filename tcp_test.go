@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) == "1" {
 		os.Exit(conformanceChild())
 	}
+	if mode := os.Getenv(envChaosChild); mode != "" {
+		os.Exit(chaosChild(mode))
+	}
 	os.Exit(m.Run())
 }
 

@@ -1,0 +1,539 @@
+package starcomm_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/starcomm/starcomm"
+	"github.com/starcomm/starcomm/comm"
+)
+
+// Chaos tests: every rank is a separate OS process (this test binary re-run
+// by TestMain) talking real TCP on 127.0.0.1, and the parent crashes
+// (SIGKILL) or hangs (SIGSTOP) one of them in the middle of a loop of
+// collectives. Each surviving child prints one machine-readable RESULT line
+// describing the error its collective returned; the parent reads every
+// child's stdout through a pipe, line by line, and measures detection as the
+// time from the signal to each RESULT line.
+
+// Environment of a chaos child process.
+const (
+	// envChaosChild selects the child's workload: allgatherv, allreduce or
+	// barrier (a loop of that collective until it fails), or stall (print
+	// BOOT and never start the communicator).
+	envChaosChild = "STARCOMM_TEST_CHAOS_CHILD"
+	// envChaosReady is the number of completed iterations after which the
+	// child prints "READY iter=N", so the parent knows it is mid-loop.
+	envChaosReady = "STARCOMM_TEST_CHAOS_READY"
+)
+
+// Exit codes of a chaos child.
+const (
+	chaosExitExpected = 3 // the collective (or start-up) failed with a typed comm error
+	chaosExitOther    = 1 // another error, or wrong data
+	chaosExitLimit    = 4 // chaosChildLimit passed
+	chaosExitOrphan   = 5 // stdin closed: the parent is gone
+)
+
+// chaosChildLimit bounds a child's life even if its parent cannot kill it.
+const chaosChildLimit = 2 * time.Minute
+
+// chaosBytes is the allgatherv payload of each rank.
+const chaosBytes = 4 << 20
+
+// SIGSTOP and SIGCONT by number, so that this file compiles on every
+// platform (Windows has neither name). These are the Linux numbers on every
+// architecture but MIPS; the test that uses them runs only there.
+const (
+	sigStop = syscall.Signal(19)
+	sigCont = syscall.Signal(18)
+)
+
+// chaosChild runs one rank of a chaos test: it builds its communicator from
+// the environment, loops the collective named by mode until it fails, and
+// prints a RESULT line for the failure (see chaosReport).
+func chaosChild(mode string) int {
+	// Never outlive the parent: it holds the write end of stdin, which
+	// closes when it exits however it exits. A stopped child cannot read
+	// it, so the limit backs it up.
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(chaosExitOrphan)
+	}()
+	time.AfterFunc(chaosChildLimit, func() {
+		fmt.Printf("RESULT op=%s type=Limit\n", mode)
+		os.Exit(chaosExitLimit)
+	})
+	if mode == "stall" {
+		fmt.Println("BOOT")
+		time.Sleep(chaosChildLimit)
+		return chaosExitLimit
+	}
+	ctx := context.Background()
+	begin := time.Now()
+	c, err := starcomm.FromEnv(ctx)
+	if err != nil {
+		return chaosReport("start", err, time.Since(begin))
+	}
+	defer c.Close()
+	step, err := chaosStep(mode, c)
+	if err != nil {
+		return chaosReport(mode, err, 0)
+	}
+	ready, _ := strconv.Atoi(os.Getenv(envChaosReady))
+	for i := 1; ; i++ {
+		begin := time.Now()
+		if err := step(ctx, i); err != nil {
+			return chaosReport(mode, err, time.Since(begin))
+		}
+		if i == ready {
+			fmt.Printf("READY iter=%d\n", i)
+		}
+	}
+}
+
+// errWrongResult is the cause when a collective returns data that is not
+// what every rank sent.
+var errWrongResult = errors.New("wrong result")
+
+// chaosStep returns iteration i of the loop of mode, which checks what it
+// receives.
+func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i int) error, error) {
+	rank, size := c.Rank(), c.Size()
+	switch mode {
+	case comm.OpAllgatherv:
+		n := chaosBytes / 8
+		send, recv := make([]float64, n), make([]float64, n*size)
+		counts, displs := make([]int, size), make([]int, size)
+		for r := range size {
+			counts[r], displs[r] = n, r*n
+		}
+		// Each region starts and ends with rank*1e6 + i, so a stale
+		// region from an earlier iteration is caught.
+		return func(ctx context.Context, i int) error {
+			v := float64(rank*1_000_000 + i)
+			send[0], send[n-1] = v, v
+			if err := comm.Allgatherv(ctx, c, send, recv, counts, displs); err != nil {
+				return err
+			}
+			for r := range size {
+				want := float64(r*1_000_000 + i)
+				if recv[r*n] != want || recv[r*n+n-1] != want {
+					return fmt.Errorf("%w: iteration %d, region of rank %d holds %v..%v, want %v", errWrongResult, i, r, recv[r*n], recv[r*n+n-1], want)
+				}
+			}
+			return nil
+		}, nil
+	case comm.OpAllreduce:
+		send, recv := make([]int64, 4), make([]int64, 4)
+		return func(ctx context.Context, i int) error {
+			for k := range send {
+				send[k] = int64(rank + i + k)
+			}
+			if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
+				return err
+			}
+			for k := range recv {
+				if want := int64(size*(i+k) + size*(size-1)/2); recv[k] != want {
+					return fmt.Errorf("%w: iteration %d, element %d is %d, want %d", errWrongResult, i, k, recv[k], want)
+				}
+			}
+			return nil
+		}, nil
+	case comm.OpBarrier:
+		return func(ctx context.Context, _ int) error { return c.Barrier(ctx) }, nil
+	}
+	return nil, fmt.Errorf("unknown %s %q", envChaosChild, mode)
+}
+
+// chaosReport prints the RESULT line for err, which op returned after
+// taking d, and returns the child's exit code:
+//
+//	RESULT op=allgatherv type=CollectiveFailed rank=2 code=0 deadline=false call_ms=12 msg="..."
+//
+// type is CollectiveFailed or InitializationFailed (exit code 3), else
+// WrongResult or the Go type of err (exit code 1); rank and code are the
+// CollectiveFailedError's (-1 otherwise); deadline tells whether
+// errors.Is(err, os.ErrDeadlineExceeded).
+func chaosReport(op string, err error, d time.Duration) int {
+	var (
+		cf   *comm.CollectiveFailedError
+		ife  *comm.InitializationFailedError
+		typ  = fmt.Sprintf("%T", err)
+		rank = -1
+		code = -1
+		exit = chaosExitOther
+	)
+	switch {
+	case errors.Is(err, errWrongResult):
+		typ = "WrongResult"
+	case errors.As(err, &cf):
+		typ, rank, code, exit = "CollectiveFailed", cf.Rank, cf.Code, chaosExitExpected
+	case errors.As(err, &ife):
+		typ, exit = "InitializationFailed", chaosExitExpected
+	}
+	fmt.Printf("RESULT op=%s type=%s rank=%d code=%d deadline=%t call_ms=%d msg=%q\n",
+		op, typ, rank, code, errors.Is(err, os.ErrDeadlineExceeded), d.Milliseconds(), err.Error())
+	return exit
+}
+
+// chaosLine is one line of a child's stdout and when the parent read it.
+type chaosLine struct {
+	text string
+	at   time.Time
+}
+
+// chaosResult is a parsed RESULT line.
+type chaosResult struct {
+	fields map[string]string
+	msg    string
+	at     time.Time
+}
+
+func (r chaosResult) int(t *testing.T, key string) int {
+	t.Helper()
+	n, err := strconv.Atoi(r.fields[key])
+	require.NoError(t, err, "RESULT field %s", key)
+	return n
+}
+
+func parseResult(t *testing.T, l chaosLine) chaosResult {
+	t.Helper()
+	head, quoted, ok := strings.Cut(strings.TrimPrefix(l.text, "RESULT "), " msg=")
+	require.True(t, ok, "RESULT line without msg: %s", l.text)
+	msg, err := strconv.Unquote(quoted)
+	require.NoError(t, err, "RESULT msg: %s", l.text)
+	res := chaosResult{fields: map[string]string{}, msg: msg, at: l.at}
+	for _, kv := range strings.Fields(head) {
+		k, v, _ := strings.Cut(kv, "=")
+		res.fields[k] = v
+	}
+	return res
+}
+
+// chaosProc is one child process (one rank) of a chaos job.
+type chaosProc struct {
+	rank  int
+	pid   int
+	cmd   *exec.Cmd
+	lines chan chaosLine // stdout, line by line; closed at EOF
+
+	mu         sync.Mutex
+	transcript []string     // every stdout line, for failure messages
+	stderr     bytes.Buffer // written by exec's copier; read after exited
+
+	exited chan struct{} // closed once the process is reaped
+	state  *os.ProcessState
+}
+
+// dump returns everything the child printed, for a failure message.
+func (p *chaosProc) dump() string {
+	p.mu.Lock()
+	out := strings.Join(p.transcript, "\n")
+	p.mu.Unlock()
+	stderr := "(still running)"
+	select {
+	case <-p.exited:
+		stderr = p.stderr.String()
+	default:
+	}
+	return fmt.Sprintf("rank %d (pid %d) stdout:\n%s\nstderr:\n%s", p.rank, p.pid, out, stderr)
+}
+
+// await returns the child's next stdout line starting with prefix, skipping
+// others, or fails the test when the child closes stdout first or ctx (the
+// watchdog) ends.
+func (p *chaosProc) await(t *testing.T, ctx context.Context, prefix string) chaosLine {
+	t.Helper()
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("rank %d ended its output without a %q line\n%s", p.rank, prefix, p.dump())
+			}
+			if strings.HasPrefix(l.text, prefix) {
+				return l
+			}
+		case <-ctx.Done():
+			t.Fatalf("watchdog: rank %d printed no %q line: %v\n%s", p.rank, prefix, ctx.Err(), p.dump())
+		}
+	}
+}
+
+// wait waits for the child to exit and returns its exit code (-1 when a
+// signal ended it), or fails the test when ctx ends first.
+func (p *chaosProc) wait(t *testing.T, ctx context.Context) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+		return p.state.ExitCode()
+	case <-ctx.Done():
+		t.Fatalf("watchdog: rank %d did not exit: %v\n%s", p.rank, ctx.Err(), p.dump())
+		return 0
+	}
+}
+
+// signal sends sig to the child and returns when it was sent.
+func (p *chaosProc) signal(t *testing.T, sig os.Signal) time.Time {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig), "signal %v to rank %d", sig, p.rank)
+	return time.Now()
+}
+
+// startChaos starts one child per entry of modes (rank r runs modes[r]) on
+// a fresh port, with the environment a real job has plus env. Cleanup kills
+// and reaps every child, whatever happened, and checks that none is left.
+func startChaos(t *testing.T, ctx context.Context, modes []string, env ...string) []*chaosProc {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	port := freePort(t)
+	procs := make([]*chaosProc, len(modes))
+	for r, mode := range modes {
+		p := &chaosProc{rank: r, lines: make(chan chaosLine, 256), exited: make(chan struct{})}
+		cmd := exec.CommandContext(ctx, exe)
+		cmd.Env = append(os.Environ(),
+			envChaosChild+"="+mode,
+			"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_BIND_ADDR=127.0.0.1",
+			"COBRE_TCP_PORT="+strconv.Itoa(port), "COBRE_TCP_RANK="+strconv.Itoa(r), "COBRE_TCP_SIZE="+strconv.Itoa(len(modes)),
+			"GORACE=atexit_sleep_ms=0")
+		cmd.Env = append(cmd.Env, env...)
+		inR, inW, err := os.Pipe()
+		require.NoError(t, err)
+		outR, outW, err := os.Pipe()
+		require.NoError(t, err)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, &p.stderr
+		err = cmd.Start()
+		_ = inR.Close()
+		_ = outW.Close()
+		if err != nil {
+			_ = inW.Close()
+			_ = outR.Close()
+			require.NoError(t, err, "start rank %d", r)
+		}
+		p.cmd, p.pid = cmd, cmd.Process.Pid
+		procs[r] = p
+		go func() {
+			defer close(p.lines)
+			defer outR.Close()
+			sc := bufio.NewScanner(outR)
+			for sc.Scan() {
+				l := chaosLine{text: sc.Text(), at: time.Now()}
+				p.mu.Lock()
+				p.transcript = append(p.transcript, l.text)
+				p.mu.Unlock()
+				select {
+				case p.lines <- l:
+				default: // nobody is listening for that many lines; the transcript has it
+				}
+			}
+		}()
+		go func() {
+			_ = cmd.Wait()
+			p.state = cmd.ProcessState
+			close(p.exited)
+		}()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill() // also ends a stopped process
+			<-p.exited
+			_ = inW.Close()
+			if !processGone(p.pid) {
+				t.Errorf("rank %d (pid %d) still exists after it was reaped", r, p.pid)
+			}
+		})
+	}
+	return procs
+}
+
+// processGone reports whether no process has pid: kill(pid, 0) fails with
+// ESRCH (os.FindProcess opens a fresh handle, so this asks the kernel, not
+// the state of the exec.Cmd that was reaped).
+func processGone(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return true
+	}
+	defer p.Release()
+	return errors.Is(p.Signal(syscall.Signal(0)), os.ErrProcessDone)
+}
+
+// chaosWatchdog returns the context that bounds one chaos test: a hang
+// becomes a failure (and exec.CommandContext kills the children).
+func chaosWatchdog(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func skipUnlessChaos(t *testing.T) {
+	if runtime.GOOS == "windows" || runtime.GOOS == "plan9" || runtime.GOOS == "js" || runtime.GOOS == "wasip1" {
+		t.Skipf("chaos tests signal child processes; not on %s", runtime.GOOS)
+	}
+}
+
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// assertFailedNaming checks a survivor's RESULT: CollectiveFailed, code 0,
+// naming rank blamed.
+func assertFailedNaming(t *testing.T, p *chaosProc, res chaosResult, blamed int) {
+	t.Helper()
+	assert.Equal(t, "CollectiveFailed", res.fields["type"], "rank %d: %s", p.rank, res.msg)
+	assert.Equal(t, 0, res.int(t, "code"), "rank %d code", p.rank)
+	assert.Equal(t, blamed, res.int(t, "rank"), "rank %d names the wrong rank: %s", p.rank, res.msg)
+}
+
+// TestChaosKill crashes one rank with SIGKILL in the middle of a loop of
+// collectives, with the default-sized 60 s timeout: every survivor must fail
+// with CollectiveFailed naming the killed rank, within 5 s of the kill (the
+// closed sockets tell at once; the timeout must play no part), and exit.
+func TestChaosKill(t *testing.T) {
+	skipUnlessChaos(t)
+	const size = 4
+	for _, tc := range []struct {
+		name   string
+		op     string
+		ready  int // iterations every rank completes before the kill
+		victim int
+	}{
+		{name: "victim=2/op=allgatherv", op: comm.OpAllgatherv, ready: 3, victim: 2},
+		{name: "victim=0/op=allreduce", op: comm.OpAllreduce, ready: 200, victim: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := chaosWatchdog(t)
+			procs := startChaos(t, ctx, repeat(tc.op, size),
+				"COBRE_TCP_TIMEOUT_SECS=60", envChaosReady+"="+strconv.Itoa(tc.ready))
+			for _, p := range procs {
+				p.await(t, ctx, "READY ")
+			}
+			killed := procs[tc.victim].signal(t, os.Kill)
+			for _, p := range procs {
+				if p.rank == tc.victim {
+					continue
+				}
+				res := parseResult(t, p.await(t, ctx, "RESULT "))
+				detect := res.at.Sub(killed)
+				t.Logf("detection rank=%d ms=%.1f call_ms=%s named=%s msg=%q", p.rank, ms(detect), res.fields["call_ms"], res.fields["rank"], res.msg)
+				assertFailedNaming(t, p, res, tc.victim)
+				assert.Less(t, detect, 5*time.Second, "rank %d detected the kill late", p.rank)
+			}
+			for _, p := range procs {
+				code := p.wait(t, ctx)
+				if p.rank == tc.victim {
+					assert.Equal(t, -1, code, "the killed rank %d: %v", p.rank, p.state)
+					continue
+				}
+				assert.Equal(t, chaosExitExpected, code, "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+			}
+		})
+	}
+}
+
+// TestChaosStop hangs worker 3 with SIGSTOP while every rank loops barrier,
+// with a 2 s timeout: the coordinator's read deadline fires about 2 s after
+// the last barrier, and every other rank fails with CollectiveFailed naming
+// rank 3 (workers through the coordinator's Abort, before their own longer
+// deadline), not before about the timeout and by timeout + 1 s. Rank 3,
+// resumed with SIGCONT, fails at its next read and exits too.
+func TestChaosStop(t *testing.T) {
+	skipUnlessChaos(t)
+	if runtime.GOOS != "linux" || strings.HasPrefix(runtime.GOARCH, "mips") {
+		t.Skipf("SIGSTOP is signal %d only on Linux (not MIPS); this is %s/%s", int(sigStop), runtime.GOOS, runtime.GOARCH)
+	}
+	const (
+		size    = 4
+		victim  = 3
+		timeout = 2 * time.Second
+	)
+	ctx := chaosWatchdog(t)
+	procs := startChaos(t, ctx, repeat(comm.OpBarrier, size),
+		"COBRE_TCP_TIMEOUT_SECS=2", envChaosReady+"=200")
+	for _, p := range procs {
+		p.await(t, ctx, "READY ")
+	}
+	stopped := procs[victim].signal(t, sigStop)
+	for _, p := range procs[:victim] {
+		res := parseResult(t, p.await(t, ctx, "RESULT "))
+		detect := res.at.Sub(stopped)
+		t.Logf("detection rank=%d ms=%.1f call_ms=%s named=%s deadline=%s msg=%q", p.rank, ms(detect), res.fields["call_ms"], res.fields["rank"], res.fields["deadline"], res.msg)
+		assertFailedNaming(t, p, res, victim)
+		assert.GreaterOrEqual(t, detect, timeout*3/4, "rank %d failed before the timeout", p.rank)
+		assert.LessOrEqual(t, detect, timeout+1500*time.Millisecond, "rank %d detected the hang late", p.rank)
+		if p.rank == 0 {
+			assert.Equal(t, "true", res.fields["deadline"], "the coordinator's error must satisfy errors.Is(err, os.ErrDeadlineExceeded): %s", res.msg)
+		}
+	}
+	procs[victim].signal(t, sigCont)
+	res := parseResult(t, procs[victim].await(t, ctx, "RESULT "))
+	t.Logf("resumed rank=%d type=%s named=%s deadline=%s msg=%q", victim, res.fields["type"], res.fields["rank"], res.fields["deadline"], res.msg)
+	assert.Equal(t, "CollectiveFailed", res.fields["type"], "resumed rank %d: %s", victim, res.msg)
+	for _, p := range procs {
+		assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+	}
+	for _, p := range procs {
+		assert.True(t, processGone(p.pid), "rank %d (pid %d) still exists after it exited", p.rank, p.pid)
+	}
+}
+
+// TestChaosStartup kills worker 3 before it ever connects: the coordinator
+// fails start-up with InitializationFailed naming rank 3 once
+// COBRE_TCP_CONNECT_TIMEOUT_MS (2 s) has passed, and tells workers 1 and 2,
+// which registered, so that their first collective fails naming rank 3 too.
+func TestChaosStartup(t *testing.T) {
+	skipUnlessChaos(t)
+	const (
+		size           = 4
+		victim         = 3
+		connectTimeout = 2 * time.Second
+	)
+	ctx := chaosWatchdog(t)
+	modes := repeat(comm.OpBarrier, size)
+	modes[victim] = "stall"
+	procs := startChaos(t, ctx, modes, "COBRE_TCP_TIMEOUT_SECS=60", "COBRE_TCP_CONNECT_TIMEOUT_MS=2000")
+	procs[victim].await(t, ctx, "BOOT")
+	procs[victim].signal(t, os.Kill)
+
+	res := parseResult(t, procs[0].await(t, ctx, "RESULT "))
+	start := time.Duration(res.int(t, "call_ms")) * time.Millisecond
+	t.Logf("startup rank=0 call_ms=%d msg=%q", start.Milliseconds(), res.msg)
+	assert.Equal(t, "InitializationFailed", res.fields["type"], res.msg)
+	assert.Contains(t, res.msg, fmt.Sprintf("missing ranks [%d]", victim))
+	assert.GreaterOrEqual(t, start, connectTimeout, "the coordinator gave up before the connect timeout")
+	assert.Less(t, start, connectTimeout+time.Second, "the coordinator gave up late")
+	for _, p := range procs[1:victim] {
+		res := parseResult(t, p.await(t, ctx, "RESULT "))
+		t.Logf("worker rank=%d type=%s named=%s msg=%q", p.rank, res.fields["type"], res.fields["rank"], res.msg)
+		assertFailedNaming(t, p, res, victim)
+	}
+	for _, p := range procs {
+		code := p.wait(t, ctx)
+		if p.rank == victim {
+			assert.Equal(t, -1, code, "the killed rank %d: %v", p.rank, p.state)
+			continue
+		}
+		assert.Equal(t, chaosExitExpected, code, "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

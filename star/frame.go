@@ -239,9 +239,9 @@ func (e *frameError) Unwrap() error {
 // link is one end of a coordinator-worker connection: the conn, the peer's
 // rank, and per-link scratch space so framing does not allocate.
 type link struct {
-	peer    int
-	conn    transport.Conn
-	bw      transport.BuffersWriter
+	peer int
+	conn transport.Conn
+	bw   transport.BuffersWriter
 	// timeout and rtimeout are the per-call write and read deadlines. On a
 	// worker both are longer than the coordinator's (see replyMargin), so
 	// that when a third rank hangs the coordinator detects it first and its

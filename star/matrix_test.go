@@ -1,13 +1,35 @@
 package star_test
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/starcomm/starcomm/testkit"
+	"github.com/starcomm/starcomm/transport/faulty"
 )
 
 // TestMatrix runs the failure matrix of DESIGN.md section 5 over the faulty
-// transport; `go test -run Matrix -v` shows each cell by name.
+// transport on a fake clock; `go test -run Matrix -v` shows each cell by
+// name.
 func TestMatrix(t *testing.T) {
 	testkit.RunMatrix(t)
+}
+
+// TestMatrixRealClock runs the crash, reset and corrupt cells that strike
+// before a collective's frame, and the barrier's hang cells, on the real
+// clock (2 s timeout) and
+// logs each fault's median time to fail over every surviving rank.
+func TestMatrixRealClock(t *testing.T) {
+	times := testkit.RunMatrixRealClock(t, func(c testkit.Cell) bool {
+		if c.Fault == faulty.Hang {
+			return c.When == "before" && c.Op == testkit.OpBarrier // 2.5 s each
+		}
+		return c.When == "before" && c.Fault != faulty.Deadline && c.Fault != faulty.LenTooSmall
+	})
+	for kind, ds := range times {
+		slices.Sort(ds)
+		t.Logf("real clock: fault=%v: %d survivor observations, median time to fail %v (max %v)",
+			kind, len(ds), ds[len(ds)/2].Round(10*time.Microsecond), ds[len(ds)-1].Round(10*time.Microsecond))
+	}
 }

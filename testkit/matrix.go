@@ -204,30 +204,70 @@ func (c Cell) wantCause(err error) bool {
 	return true // LEN faults: the type is the check
 }
 
-// RunMatrix runs every matrix cell as a subtest.
+// RunMatrix runs every matrix cell as a subtest, each in a synctest
+// bubble: a fake clock, exact times, and a failure if any goroutine is left.
 func RunMatrix(t *testing.T) {
 	cells := MatrixCells()
 	t.Logf("failure matrix: %d cells", len(cells))
 	for _, cell := range cells {
 		t.Run(cell.Name(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				switch cell.Op {
-				case OpHandshake:
-					runHandshakeCell(t, cell)
-				case OpShutdown:
-					runShutdownCell(t, cell)
-				default:
-					runOpCell(t, cell)
-				}
+				runCell(t, cell, matrixParams{timeout: MatrixTimeout})
 			})
 		})
 	}
 }
 
+// RealClockTimeout is the collective timeout of RunMatrixRealClock.
+const RealClockTimeout = 2 * time.Second
+
+// RunMatrixRealClock runs the collective cells of the matrix that keep
+// accept (nil: all) on the real clock with a 2 s timeout, checks for
+// leaked goroutines, and returns every survivor's time to fail, per fault,
+// so a test can report real detection times.
+func RunMatrixRealClock(t *testing.T, accept func(Cell) bool) map[faulty.Kind][]time.Duration {
+	times := map[faulty.Kind][]time.Duration{}
+	for _, cell := range MatrixCells() {
+		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Fault == faulty.Delay || (accept != nil && !accept(cell)) {
+			continue
+		}
+		t.Run(cell.Name(), func(t *testing.T) {
+			CheckGoroutines(t)
+			p := matrixParams{timeout: RealClockTimeout, real: true, times: map[int]time.Duration{}}
+			runCell(t, cell, p)
+			for _, d := range p.times {
+				times[cell.Fault] = append(times[cell.Fault], d)
+			}
+		})
+	}
+	return times
+}
+
+type matrixParams struct {
+	timeout time.Duration
+	real    bool                  // on the real clock: bounds get slack for scheduling
+	times   map[int]time.Duration // survivors' times to fail, when not nil
+}
+
+func runCell(t *testing.T, cell Cell, p matrixParams) {
+	switch cell.Op {
+	case OpHandshake:
+		runHandshakeCell(t, cell)
+	case OpShutdown:
+		runShutdownCell(t, cell)
+	default:
+		runOpCell(t, cell, p)
+	}
+}
+
 // startFaulty starts the ranks with the script's faults attached.
 func startFaulty(t *testing.T, s *faulty.Script) ([]comm.Communicator, error) {
+	return startFaultyWith(t, s, MatrixTimeout)
+}
+
+func startFaultyWith(t *testing.T, s *faulty.Script, timeout time.Duration) ([]comm.Communicator, error) {
 	return StartStar(context.Background(), NewPipeNetwork(), MatrixRanks, func(cfg *star.Config) {
-		cfg.Timeout = MatrixTimeout
+		cfg.Timeout = timeout
 		cfg.ShutdownTimeout = matrixShutdown
 		if cfg.Listener != nil {
 			cfg.Listener = s.WrapListener(cfg.Listener)
@@ -328,9 +368,9 @@ type rankOutcome struct {
 	afterIn time.Duration
 }
 
-func runOpCell(t *testing.T, cell Cell) {
+func runOpCell(t *testing.T, cell Cell, p matrixParams) {
 	s := faulty.NewScript(cell.faults()...)
-	comms, err := startFaulty(t, s)
+	comms, err := startFaultyWith(t, s, p.timeout)
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -375,7 +415,7 @@ func runOpCell(t *testing.T, cell Cell) {
 	}
 	closeBegin := time.Now()
 	_ = CloseAll(comms)
-	if d := time.Since(closeBegin); d > matrixShutdown+100*time.Millisecond {
+	if d := time.Since(closeBegin); d > matrixShutdown+slack(p) {
 		t.Errorf("Close took %v, want <= %v", d, matrixShutdown)
 	}
 
@@ -388,8 +428,19 @@ func runOpCell(t *testing.T, cell Cell) {
 		if r == failing {
 			continue // the failed rank itself: anything goes
 		}
-		checkSurvivor(t, cell, r, out[r])
+		checkSurvivor(t, cell, r, out[r], p)
+		if p.times != nil {
+			p.times[r] = out[r].took
+		}
 	}
+}
+
+// slack is the scheduling allowance on the real clock (none on the fake).
+func slack(p matrixParams) time.Duration {
+	if p.real {
+		return 500 * time.Millisecond
+	}
+	return 100 * time.Millisecond
 }
 
 // fireAll fires the manual faults of every rank that carries one.
@@ -403,7 +454,7 @@ func fireAll(s *faulty.Script, fs []faulty.Fault) {
 	}
 }
 
-func checkSurvivor(t *testing.T, cell Cell, r int, o rankOutcome) {
+func checkSurvivor(t *testing.T, cell Cell, r int, o rankOutcome, p matrixParams) {
 	t.Helper()
 	err := o.err
 	if cell.Fault == faulty.Delay {
@@ -450,18 +501,20 @@ func checkSurvivor(t *testing.T, cell Cell, r int, o rankOutcome) {
 	default:
 		t.Errorf("rank %d: %T %v, want CollectiveFailed or InvalidBufferSize", r, err, err)
 	}
-	// Time to fail, on the fake clock.
+	// Time to fail: a hang within [timeout, timeout + 1 s]; anything else
+	// far below the timeout (exactly 0 on the fake clock, where only timers
+	// move time).
 	if cell.Fault == faulty.Hang {
-		if o.took < MatrixTimeout || o.took > MatrixTimeout+time.Second {
-			t.Errorf("rank %d: hang detected after %v, want within [%v, %v]", r, o.took, MatrixTimeout, MatrixTimeout+time.Second)
+		if o.took < p.timeout || o.took > p.timeout+time.Second {
+			t.Errorf("rank %d: hang detected after %v, want within [%v, %v]", r, o.took, p.timeout, p.timeout+time.Second)
 		}
-	} else if o.took > 250*time.Millisecond {
-		t.Errorf("rank %d: failed after %v, want far below the %v timeout", r, o.took, MatrixTimeout)
+	} else if o.took > p.timeout/4 {
+		t.Errorf("rank %d: failed after %v, want far below the %v timeout", r, o.took, p.timeout)
 	}
 	// Fail-stop: the next call fails at once.
 	if o.after == nil {
 		t.Errorf("rank %d: a collective after the failure succeeded", r)
-	} else if o.afterIn != 0 {
+	} else if o.afterIn > slack(p)/10 {
 		t.Errorf("rank %d: the collective after the failure took %v, want at once", r, o.afterIn)
 	}
 }

@@ -1,0 +1,105 @@
+// Command starbench benchmarks starcomm's collectives on the standard
+// workloads of DESIGN.md section 7 and prints one table (or JSON document)
+// of the slowest rank's median time and the algorithm bandwidth per
+// workload.
+//
+// Usage:
+//
+//	starbench -n N [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S]
+//	starrun -n N -- starbench [--workloads NAME,...] [--repeats-scale F] [--json]
+//
+// With -n, starbench starts N ranks of its own executable as child
+// processes, wired over TCP on 127.0.0.1 to a free port through the COBRE_*
+// variables (COBRE_COMM_BACKEND=tcp, COBRE_TCP_COORDINATOR=127.0.0.1,
+// COBRE_TCP_BIND_ADDR=127.0.0.1, COBRE_TCP_PORT, COBRE_TCP_RANK,
+// COBRE_TCP_SIZE, and COBRE_TCP_TIMEOUT_SECS with --timeout). Rank 0's
+// standard output (the results) is printed as is; every other line the
+// ranks write goes to standard error prefixed with "[r] ". Each rank runs in
+// its own process group and, on Linux, dies with starbench (parent-death
+// signal). When a rank fails, or on SIGINT or SIGTERM, starbench kills every
+// rank's process group with SIGKILL, waits for all of them, names the rank
+// that failed and exits non-zero. -n 1 runs a size-1 communicator (no
+// socket).
+//
+// Without -n, starbench is one rank of a job someone else started (starrun,
+// or processes started by hand with the COBRE_* variables): it calls
+// starcomm.ConfigFromEnv and starcomm.New (starcomm.FromEnv, with --timeout
+// overriding COBRE_TCP_TIMEOUT_SECS), runs the workloads, and rank 0 prints
+// the results. With no COBRE_* variables at all that is the single-rank
+// local backend.
+//
+// Flags (one dash or two, -flag value or -flag=value):
+//
+//	-n N               start N ranks (at least 1)
+//	--workloads LIST   comma-separated workload names, run in that order (default: all)
+//	--repeats-scale F  multiply every workload's repeats by F (0 < F <= 1000), rounding,
+//	                   at least 1 timed repetition (e.g. 0.25 for a quick run)
+//	--json             print one JSON document instead of the table
+//	--timeout S        collective timeout in seconds (> 0; default 60)
+//
+// Exit status: 0 on success; 1 when a rank failed (collective error,
+// verification failure) or could not start; 2 for a usage error, with a
+// message naming the flag; 128+n after signal n. A rank itself exits 1 for
+// its own failure and 3 when its collective failed because another rank
+// failed first.
+//
+// # Workloads
+//
+// All float64 unless noted; R is the number of ranks:
+//
+//	name              per rank                                              repeats
+//	allgatherv-cuts   25,000 values (200 KB)                                 50
+//	allgatherv-2MiB   262,144 values (2 MiB)                                 20
+//	allgatherv-16MiB  2,097,152 values (16 MiB)                               8
+//	allreduce-32B     4 values, sum                                         200
+//	barrier           -                                                     200
+//	broadcast-10KB    10,240 bytes (uint8) from root R-1                    200
+//	sddp-iteration    1 allgatherv of 2 MiB + 119 allgathervs of 200 KB       3
+//	                  + allreduce min (1 value) + allreduce sum (3 values)
+//
+// The allgathervs use equal counts and packed displacements. In
+// sddp-iteration each of the 119 cut allgathervs has its own send and
+// receive buffers, as a solver keeps one cut pool per stage, so every
+// result can be verified; a rank then holds about (R+1) × 25.9 MB for it.
+// allgatherv-16MiB needs (R+1) × 16 MiB per rank.
+//
+// # Timing
+//
+// Every workload first runs one untimed warm-up repetition, then its
+// repeats (times --repeats-scale) timed ones. Each repetition, on every
+// rank: fill the send buffers with values derived from rank and repetition
+// (untimed); Barrier; time the operation with the monotonic clock; an
+// untimed Allreduce(Max) of the ranks' times in seconds, so every rank
+// knows the slowest rank's time; check every received element (untimed).
+// The reported time is the median over the timed repetitions of the
+// slowest rank's time (the JSON also has the minimum and maximum). A
+// verification failure ends the rank with a message naming the workload,
+// rank, repetition, buffer index, and the value received and expected.
+//
+// # Algorithm bandwidth
+//
+// algbw is the bytes an operation delivers divided by its median time, in
+// decimal units (1 MB/s = 10^6 bytes per second):
+//
+//   - allgatherv: the total gathered bytes, R × bytes per rank;
+//   - allreduce and broadcast: the buffer's bytes;
+//   - barrier: none ("-" in the table, null in the JSON);
+//   - sddp-iteration: the bytes gathered by its 120 allgathervs,
+//     R × (2 MiB + 119 × 200 KB), plus the 32 bytes of its two allreduce
+//     buffers.
+//
+// It is not the bytes on the wire: in the star every allgatherv byte
+// crosses the coordinator about twice.
+//
+// # Output
+//
+// The table starts with a header line: the date (UTC, RFC 3339), Go
+// version, GOOS/GOARCH, CPUs, backend, ranks and repeats scale. Then one row
+// per workload: name, ranks, bytes per rank (200 KB = 200,000 bytes; 2 MiB
+// = 2,097,152 bytes), timed repeats, median time and algbw. With --json:
+//
+//	{"date": ..., "go": ..., "goos": ..., "goarch": ..., "ranks": N, "backend": ...,
+//	 "cpus": ..., "repeats_scale": ..., "results": [{"workload": ..., "ranks": ...,
+//	 "bytes_per_rank": ..., "repeats": ..., "median_ns": ..., "min_ns": ...,
+//	 "max_ns": ..., "alg_bytes": ..., "algbw_bytes_per_sec": ...}, ...]}
+package main

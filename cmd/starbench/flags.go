@@ -1,0 +1,128 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Exit codes of starbench.
+const (
+	exitOK      = 0
+	exitFailure = 1 // a rank failed (collective error, verification) or could not start
+	exitUsage   = 2 // bad command line
+	// exitPeerFailed is a rank's exit code when its collective failed
+	// because another rank failed first (crashed, hung, exited); starbench
+	// -n reports the rank that failed on its own instead.
+	exitPeerFailed = 3
+)
+
+// maxRepeatsScale bounds --repeats-scale so repetitions stay countable.
+const maxRepeatsScale = 1000
+
+// synopsis is the one-line usage shown with every usage error.
+const synopsis = "usage: starbench [-n N] [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S]"
+
+// options is one validated starbench command line.
+type options struct {
+	n         int        // ranks to start; 0: run as one rank of an existing job
+	workloads []workload // never empty
+	scale     float64    // repeats multiplier, > 0
+	json      bool       // print JSON instead of the table
+	timeout   float64    // collective timeout in seconds; 0: not given
+}
+
+// flagValues are the raw flag values before validation.
+type flagValues struct {
+	n         int
+	workloads string
+	scale     float64
+	json      bool
+	timeout   float64
+}
+
+// newFlagSet returns starbench's flag set, silent so the caller decides
+// where errors and help go, storing into v.
+func newFlagSet(v *flagValues) *flag.FlagSet {
+	fs := flag.NewFlagSet("starbench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.IntVar(&v.n, "n", 0, "start N ranks as child processes over TCP on 127.0.0.1 (at least 1); without -n, run as one rank configured by COBRE_* variables")
+	fs.StringVar(&v.workloads, "workloads", "", "comma-separated workloads to run (default: all): "+strings.Join(workloadNames(), ","))
+	fs.Float64Var(&v.scale, "repeats-scale", 1, "multiply every workload's repetitions by F (> 0, at most 1000; at least 1 repetition runs)")
+	fs.BoolVar(&v.json, "json", false, "print one JSON document instead of the table")
+	fs.Float64Var(&v.timeout, "timeout", 0, "collective timeout in seconds (> 0), passed to the ranks as COBRE_TCP_TIMEOUT_SECS (default: the library's 60 s)")
+	return fs
+}
+
+// workloadNames lists the standard workloads' names in their default order.
+func workloadNames() []string {
+	var names []string
+	for _, w := range standardWorkloads() {
+		names = append(names, w.name)
+	}
+	return names
+}
+
+// parseArgs parses and validates a command line (without the program
+// name). It returns flag.ErrHelp when help was asked for, and otherwise an
+// error naming the offending flag.
+func parseArgs(args []string) (options, error) {
+	var v flagValues
+	fs := newFlagSet(&v)
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+
+	switch {
+	case fs.NArg() > 0:
+		return options{}, fmt.Errorf("unexpected argument %q: starbench takes only flags", fs.Arg(0))
+	case given["n"] && v.n < 1:
+		return options{}, fmt.Errorf("-n must be at least 1, got %d", v.n)
+	case math.IsNaN(v.scale) || v.scale <= 0 || v.scale > maxRepeatsScale:
+		return options{}, fmt.Errorf("--repeats-scale must be a number > 0 and at most %d, got %v", maxRepeatsScale, v.scale)
+	case given["timeout"] && (math.IsNaN(v.timeout) || math.IsInf(v.timeout, 0) || v.timeout <= 0):
+		return options{}, fmt.Errorf("--timeout must be a positive number of seconds, got %v", v.timeout)
+	}
+	ws, err := selectWorkloads(v.workloads)
+	if err != nil {
+		return options{}, err
+	}
+	return options{n: v.n, workloads: ws, scale: v.scale, json: v.json, timeout: v.timeout}, nil
+}
+
+// rankArgs returns the command line a rank started by starbench -n gets:
+// the same workloads, scale and output format, without -n (the timeout
+// travels as COBRE_TCP_TIMEOUT_SECS).
+func rankArgs(o options) []string {
+	names := make([]string, len(o.workloads))
+	for i, w := range o.workloads {
+		names[i] = w.name
+	}
+	args := []string{"--workloads", strings.Join(names, ","), "--repeats-scale", strconv.FormatFloat(o.scale, 'g', -1, 64)}
+	if o.json {
+		args = append(args, "--json")
+	}
+	return args
+}
+
+// writeHelp writes the full usage text to w.
+func writeHelp(w io.Writer) {
+	var v flagValues
+	fs := newFlagSet(&v)
+	fmt.Fprintln(w, synopsis)
+	fmt.Fprintln(w, "\nBenchmarks starcomm's collectives on the standard workloads (DESIGN.md section 7).")
+	fmt.Fprintln(w, "With -n N it starts N ranks of itself over TCP on 127.0.0.1; without -n it is one rank")
+	fmt.Fprintln(w, "of a job started by starrun (or any launcher setting COBRE_* variables).")
+	fmt.Fprintln(w, "\nFlags (- and -- are equivalent):")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprintln(w, "\nWorkloads:")
+	for _, wl := range standardWorkloads() {
+		fmt.Fprintf(w, "  %-17s %3d repeats  %s\n", wl.name, wl.repeats, wl.about)
+	}
+}

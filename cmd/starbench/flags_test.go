@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseArgsDefaults(t *testing.T) {
+	o, err := parseArgs(nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, o.n, "without -n starbench is one rank")
+	assert.Equal(t, 1.0, o.scale)
+	assert.False(t, o.json)
+	assert.Zero(t, o.timeout)
+	var names []string
+	for _, w := range o.workloads {
+		names = append(names, w.name)
+	}
+	assert.Equal(t, []string{"allgatherv-cuts", "allgatherv-2MiB", "allgatherv-16MiB", "allreduce-32B",
+		"barrier", "broadcast-10KB", "sddp-iteration"}, names)
+}
+
+func TestParseArgs(t *testing.T) {
+	o, err := parseArgs([]string{"-n", "4", "--workloads", " barrier , allreduce-32B", "--repeats-scale=0.25", "--json", "-timeout", "2.5"})
+	require.NoError(t, err)
+	assert.Equal(t, 4, o.n)
+	require.Len(t, o.workloads, 2)
+	assert.Equal(t, "barrier", o.workloads[0].name, "the order given is kept")
+	assert.Equal(t, "allreduce-32B", o.workloads[1].name)
+	assert.Equal(t, 0.25, o.scale)
+	assert.True(t, o.json)
+	assert.Equal(t, 2.5, o.timeout)
+
+	// What a started rank gets parses back to the same run, without -n.
+	args := rankArgs(o)
+	assert.Equal(t, []string{"--workloads", "barrier,allreduce-32B", "--repeats-scale", "0.25", "--json"}, args)
+	back, err := parseArgs(args)
+	require.NoError(t, err)
+	assert.Equal(t, 0, back.n)
+	assert.Equal(t, o.scale, back.scale)
+	assert.Equal(t, o.json, back.json)
+	require.Len(t, back.workloads, 2)
+	assert.Equal(t, "barrier", back.workloads[0].name)
+}
+
+func TestParseArgsUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // part of the message, naming the flag
+	}{
+		{"n=zero", []string{"-n", "0"}, "-n must be at least 1"},
+		{"n=negative", []string{"-n=-3"}, "-n must be at least 1"},
+		{"n=word", []string{"-n", "four"}, "-n"},
+		{"n=missing-value", []string{"-n"}, "flag needs an argument: -n"},
+		{"workloads=unknown", []string{"--workloads", "barrier,allreduce"}, `--workloads: unknown workload "allreduce"`},
+		{"workloads=empty-name", []string{"--workloads", "barrier,,broadcast-10KB"}, "--workloads"},
+		{"workloads=twice", []string{"--workloads", "barrier,barrier"}, `--workloads names "barrier" twice`},
+		{"scale=zero", []string{"--repeats-scale", "0"}, "--repeats-scale must be"},
+		{"scale=negative", []string{"--repeats-scale", "-1"}, "--repeats-scale must be"},
+		{"scale=huge", []string{"--repeats-scale", "1e9"}, "--repeats-scale must be"},
+		{"scale=nan", []string{"--repeats-scale", "NaN"}, "--repeats-scale must be"},
+		{"scale=word", []string{"--repeats-scale", "fast"}, "-repeats-scale"},
+		{"timeout=zero", []string{"--timeout", "0"}, "--timeout must be a positive number of seconds"},
+		{"timeout=inf", []string{"--timeout", "+Inf"}, "--timeout must be a positive number of seconds"},
+		{"flag=unknown", []string{"--ranks", "2,4"}, "flag provided but not defined: -ranks"},
+		{"args=positional", []string{"-n", "2", "extra"}, `unexpected argument "extra"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseArgs(tc.args)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+
+			var stdout, stderr bytes.Buffer
+			code := run(tc.args, &stdout, &stderr)
+			assert.Equal(t, exitUsage, code)
+			assert.Empty(t, stdout.String())
+			assert.True(t, strings.HasPrefix(stderr.String(), "starbench: "+err.Error()+"\n"), stderr.String())
+			assert.Contains(t, stderr.String(), synopsis)
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, exitOK, run([]string{"-h"}, &stdout, &stderr))
+	assert.Empty(t, stderr.String())
+	for _, want := range append([]string{synopsis, "-repeats-scale", "-workloads", "-json", "-timeout"}, workloadNames()...) {
+		assert.Contains(t, stdout.String(), want)
+	}
+}

@@ -31,6 +31,70 @@ type Comm struct {
 	parts   [][]byte
 	scratch []uint64
 	opBytes []byte
+
+	// Coordinator: one goroutine per worker link serves the steps of each
+	// collective (see fan); the current collective's buffers are in op*.
+	steps   []chan step // steps[r] feeds link r's goroutine
+	results chan linkResult
+	quit    chan struct{}
+	serving sync.WaitGroup
+	opParts [][]byte // allgatherv regions in rank order
+	opBuf   []byte   // allreduce result / broadcast buffer
+	opIn    []byte   // allreduce: workers' contributions, (r-1)*n each
+	opN     int      // allreduce: bytes per contribution
+}
+
+// step is one link's part of a collective on the coordinator.
+type step uint8
+
+const (
+	stepReadAllgatherv step = iota
+	stepWriteAllgatherv
+	stepReadAllreduce
+	stepWriteAllreduce
+	stepWriteBroadcast
+	stepReadBarrier
+	stepWriteBarrier
+)
+
+type linkResult struct {
+	peer int
+	err  error
+}
+
+// do performs step s on link l, with the buffers of the current collective.
+func (c *Comm) do(l *link, s step) error {
+	switch s {
+	case stepReadAllgatherv:
+		return l.readFrame(TagAllgathervSend, c.opParts[l.peer])
+	case stepWriteAllgatherv:
+		return l.writeFrame(TagAllgathervRecv, nil, c.opParts...)
+	case stepReadAllreduce:
+		r := l.peer
+		return l.readFrame(TagAllreduceSend, c.opBytes[r:r+1], c.opIn[(r-1)*c.opN:r*c.opN])
+	case stepWriteAllreduce:
+		return l.writeFrame(TagAllreduceRecv, nil, c.opBuf)
+	case stepWriteBroadcast:
+		return l.writeFrame(TagBroadcast, nil, c.opBuf)
+	case stepReadBarrier:
+		return l.readFrame(TagBarrierReady)
+	case stepWriteBarrier:
+		return l.writeFrame(TagBarrierGo, nil)
+	}
+	panic("star: unknown step")
+}
+
+// serve runs link l's steps until Close.
+func (c *Comm) serve(l *link, steps <-chan step) {
+	defer c.serving.Done()
+	for {
+		select {
+		case s := <-steps:
+			c.results <- linkResult{peer: l.peer, err: c.do(l, s)}
+		case <-c.quit:
+			return
+		}
+	}
 }
 
 var _ comm.Communicator = (*Comm)(nil)
@@ -60,6 +124,14 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			return nil, &comm.InitializationFailedError{Backend: "star", Err: err}
 		}
 		c.links = links
+		c.steps = make([]chan step, cfg.Size)
+		c.results = make(chan linkResult, cfg.Size)
+		c.quit = make(chan struct{})
+		for _, l := range links[1:] {
+			c.steps[l.peer] = make(chan step, 1)
+			c.serving.Add(1)
+			go c.serve(l, c.steps[l.peer])
+		}
 	default:
 		l, err := dial(ctx, cfg)
 		if err != nil {
@@ -108,6 +180,10 @@ func (c *Comm) Close() error {
 	} else {
 		// A collective is running: cut its links so it returns now.
 		c.closeAll()
+	}
+	if c.quit != nil {
+		close(c.quit)
+		c.serving.Wait()
 	}
 	c.bg.Wait()
 	return nil
@@ -326,48 +402,35 @@ func (c *Comm) run(ctx context.Context, op string, check func() error, body func
 	return nil
 }
 
-// fanIn runs f on every worker link concurrently. At the first failure it
-// interrupts the other links (reads are safe to cut), waits for all, and
-// returns that failure as a *linkError.
-func (c *Comm) fanIn(f func(l *link) error) error {
-	return c.fan(f, true, -1)
-}
+// fanIn runs step s on every worker link concurrently (each on its link's
+// goroutine). At the first failure it interrupts the other links (reads
+// are safe to cut), waits for all, and returns that failure as a
+// *linkError.
+func (c *Comm) fanIn(s step) error { return c.fan(s, true, -1) }
 
-// fanOut runs f on every worker link except skip concurrently and returns
-// the first failure. Other links are left to finish: a worker that gets the
-// whole result has a correct result.
-func (c *Comm) fanOut(f func(l *link) error, skip int) error {
-	return c.fan(f, false, skip)
-}
+// fanOut runs step s on every worker link except skip concurrently and
+// returns the first failure. Other links are left to finish: a worker that
+// gets the whole result has a correct result.
+func (c *Comm) fanOut(s step, skip int) error { return c.fan(s, false, skip) }
 
-func (c *Comm) fan(f func(l *link) error, cut bool, skip int) error {
-	if c.size == 2 && skip != 1 {
-		if err := f(c.links[1]); err != nil {
-			return &linkError{peer: 1, err: err}
+func (c *Comm) fan(s step, cut bool, skip int) error {
+	n := 0
+	for r := 1; r < c.size; r++ {
+		if r != skip {
+			c.steps[r] <- s
+			n++
 		}
-		return nil
 	}
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	for _, l := range c.links[1:] {
-		if l.peer == skip {
-			continue
-		}
-		wg.Go(func() {
-			if err := f(l); err != nil {
-				once.Do(func() {
-					first = &linkError{peer: l.peer, err: err}
-					if cut {
-						c.interrupt()
-					}
-				})
+	var first error
+	for ; n > 0; n-- {
+		res := <-c.results
+		if res.err != nil && first == nil {
+			first = &linkError{peer: res.peer, err: res.err}
+			if cut {
+				c.interrupt()
 			}
-		})
+		}
 	}
-	wg.Wait()
 	return first
 }
 
@@ -418,10 +481,11 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 		if c.size == 1 {
 			return nil
 		}
-		if err := c.fanIn(func(l *link) error { return l.readFrame(TagAllgathervSend, parts[l.peer]) }); err != nil {
+		c.opParts = parts
+		if err := c.fanIn(stepReadAllgatherv); err != nil {
 			return err
 		}
-		return c.fanOut(func(l *link) error { return l.writeFrame(TagAllgathervRecv, nil, parts...) }, -1)
+		return c.fanOut(stepWriteAllgatherv, -1)
 	})
 }
 
@@ -451,11 +515,8 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 			copy(recv.Bytes, send.Bytes)
 			return nil
 		}
-		scratch := c.scratchBytes((c.size - 1) * n)
-		in := func(r int) []byte { return scratch[(r-1)*n : r*n] }
-		if err := c.fanIn(func(l *link) error {
-			return l.readFrame(TagAllreduceSend, c.opBytes[l.peer:l.peer+1], in(l.peer))
-		}); err != nil {
+		c.opIn, c.opN = c.scratchBytes((c.size-1)*n), n
+		if err := c.fanIn(stepReadAllreduce); err != nil {
 			return err
 		}
 		for r := 1; r < c.size; r++ {
@@ -465,9 +526,10 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 		}
 		copy(recv.Bytes, send.Bytes)
 		for r := 1; r < c.size; r++ {
-			comm.Reduce(send.Type, op, recv.Bytes, in(r))
+			comm.Reduce(send.Type, op, recv.Bytes, c.opIn[(r-1)*n:r*n])
 		}
-		return c.fanOut(func(l *link) error { return l.writeFrame(TagAllreduceRecv, nil, recv.Bytes) }, -1)
+		c.opBuf = recv.Bytes
+		return c.fanOut(stepWriteAllreduce, -1)
 	})
 }
 
@@ -510,7 +572,8 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 				return &linkError{peer: root, err: err}
 			}
 		}
-		return c.fanOut(func(l *link) error { return l.writeFrame(TagBroadcast, nil, buf.Bytes) }, root)
+		c.opBuf = buf.Bytes
+		return c.fanOut(stepWriteBroadcast, root)
 	})
 }
 
@@ -531,9 +594,9 @@ func (c *Comm) Barrier(ctx context.Context) error {
 			}
 			return nil
 		}
-		if err := c.fanIn(func(l *link) error { return l.readFrame(TagBarrierReady) }); err != nil {
+		if err := c.fanIn(stepReadBarrier); err != nil {
 			return err
 		}
-		return c.fanOut(func(l *link) error { return l.writeFrame(TagBarrierGo, nil) }, -1)
+		return c.fanOut(stepWriteBarrier, -1)
 	})
 }

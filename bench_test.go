@@ -1,0 +1,249 @@
+package starcomm_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/testkit"
+	"github.com/starcomm/starcomm/transport"
+)
+
+// Benchmarks run every rank as goroutines of this process over pipes or
+// TCP loopback; an op's time is from the first rank's start to the last
+// rank's end. SetBytes is the data every rank ends up with (allgatherv:
+// ranks x bytes per rank; allreduce and broadcast: the buffer).
+
+var benchNets = []struct {
+	name string
+	mk   func() testkit.Network
+}{
+	{"pipe", func() testkit.Network { return testkit.NewPipeNetwork() }},
+	{"tcp", func() testkit.Network { return testkit.NewTCPNetwork() }},
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dKB", n/1000)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// runAll runs f on every rank b.N times, all ranks in step.
+func runAll(b *testing.B, comms []comm.Communicator, f func(c comm.Communicator) error) {
+	b.Helper()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for r, c := range comms {
+		wg.Go(func() {
+			for i := 0; i < b.N; i++ {
+				if err := f(c); err != nil {
+					errs[r] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	for r, err := range errs {
+		if err != nil {
+			b.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func startBench(b *testing.B, nw testkit.Network, ranks int) []comm.Communicator {
+	comms, err := testkit.StartStar(context.Background(), nw, ranks, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = testkit.CloseAll(comms) })
+	return comms
+}
+
+func BenchmarkAllgatherv(b *testing.B) {
+	for _, nw := range benchNets {
+		for _, ranks := range []int{2, 4} {
+			for _, per := range []int{200_000, 2 << 20, 16 << 20} {
+				b.Run(fmt.Sprintf("transport=%s/ranks=%d/bytes=%s", nw.name, ranks, sizeName(per)), func(b *testing.B) {
+					comms := startBench(b, nw.mk(), ranks)
+					n := per / 8
+					counts, displs := make([]int, ranks), make([]int, ranks)
+					for r := range counts {
+						counts[r], displs[r] = n, r*n
+					}
+					sends, recvs := make([][]float64, ranks), make([][]float64, ranks)
+					for r := range ranks {
+						sends[r], recvs[r] = make([]float64, n), make([]float64, ranks*n)
+					}
+					b.SetBytes(int64(ranks * per))
+					b.ReportAllocs()
+					ctx := context.Background()
+					runAll(b, comms, func(c comm.Communicator) error {
+						return comm.Allgatherv(ctx, c, sends[c.Rank()], recvs[c.Rank()], counts, displs)
+					})
+				})
+			}
+		}
+	}
+}
+
+func BenchmarkAllreduce(b *testing.B) {
+	for _, nw := range benchNets {
+		for _, ranks := range []int{2, 4} {
+			for _, size := range []int{32, 64 << 10} {
+				b.Run(fmt.Sprintf("transport=%s/ranks=%d/bytes=%s", nw.name, ranks, sizeName(size)), func(b *testing.B) {
+					comms := startBench(b, nw.mk(), ranks)
+					sends, recvs := make([][]float64, ranks), make([][]float64, ranks)
+					for r := range ranks {
+						sends[r], recvs[r] = make([]float64, size/8), make([]float64, size/8)
+					}
+					b.SetBytes(int64(size))
+					b.ReportAllocs()
+					ctx := context.Background()
+					runAll(b, comms, func(c comm.Communicator) error {
+						return comm.Allreduce(ctx, c, sends[c.Rank()], recvs[c.Rank()], comm.Sum)
+					})
+				})
+			}
+		}
+	}
+}
+
+func BenchmarkBroadcast(b *testing.B) {
+	for _, nw := range benchNets {
+		for _, ranks := range []int{2, 4} {
+			const size = 10240
+			b.Run(fmt.Sprintf("transport=%s/ranks=%d/bytes=%s", nw.name, ranks, sizeName(size)), func(b *testing.B) {
+				comms := startBench(b, nw.mk(), ranks)
+				bufs := make([][]uint8, ranks)
+				for r := range bufs {
+					bufs[r] = make([]uint8, size)
+				}
+				b.SetBytes(size)
+				b.ReportAllocs()
+				ctx := context.Background()
+				runAll(b, comms, func(c comm.Communicator) error {
+					return comm.Broadcast(ctx, c, bufs[c.Rank()], ranks-1)
+				})
+			})
+		}
+	}
+}
+
+func BenchmarkBarrier(b *testing.B) {
+	for _, nw := range benchNets {
+		for _, ranks := range []int{2, 4} {
+			b.Run(fmt.Sprintf("transport=%s/ranks=%d", nw.name, ranks), func(b *testing.B) {
+				comms := startBench(b, nw.mk(), ranks)
+				b.ReportAllocs()
+				ctx := context.Background()
+				runAll(b, comms, func(c comm.Communicator) error { return c.Barrier(ctx) })
+			})
+		}
+	}
+}
+
+// BenchmarkRawRelay is the lower bound for a star allgatherv on the same
+// sockets: workers write their bytes, the coordinator reads them all
+// (concurrently, straight into one buffer) and writes the whole buffer back
+// to every worker (concurrently). No framing, no checks, no reduction.
+func BenchmarkRawRelay(b *testing.B) {
+	for _, nw := range benchNets {
+		for _, ranks := range []int{2, 4} {
+			for _, per := range []int{200_000, 2 << 20, 16 << 20} {
+				b.Run(fmt.Sprintf("transport=%s/ranks=%d/bytes=%s", nw.name, ranks, sizeName(per)), func(b *testing.B) {
+					conns := rawStar(b, nw.mk(), ranks)
+					b.SetBytes(int64(ranks * per))
+					b.ReportAllocs()
+					total := ranks * per
+					coordBuf := make([]byte, total)
+					bufs := make([][]byte, ranks)
+					for r := range bufs {
+						bufs[r] = make([]byte, total)
+					}
+					b.ResetTimer()
+					var wg sync.WaitGroup
+					for w := 1; w < ranks; w++ {
+						wg.Go(func() {
+							c := conns[w][0]
+							for i := 0; i < b.N; i++ {
+								if _, err := c.Write(bufs[w][w*per : (w+1)*per]); err != nil {
+									b.Error(err)
+									return
+								}
+								if _, err := io.ReadFull(c, bufs[w]); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						})
+					}
+					wg.Go(func() {
+						var links sync.WaitGroup
+						for i := 0; i < b.N; i++ {
+							for w := 1; w < ranks; w++ {
+								links.Go(func() { _, _ = io.ReadFull(conns[0][w], coordBuf[w*per:(w+1)*per]) })
+							}
+							links.Wait()
+							for w := 1; w < ranks; w++ {
+								links.Go(func() { _, _ = conns[0][w].Write(coordBuf) })
+							}
+							links.Wait()
+						}
+					})
+					wg.Wait()
+					b.StopTimer()
+				})
+			}
+		}
+	}
+}
+
+// rawStar connects ranks-1 workers to a coordinator over nw: conns[0][w]
+// is the coordinator's end of link w, conns[w][0] the worker's.
+func rawStar(b *testing.B, nw testkit.Network, ranks int) [][]transport.Conn {
+	ln, err := nw.Listen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	conns := make([][]transport.Conn, ranks)
+	for r := range conns {
+		conns[r] = make([]transport.Conn, ranks)
+	}
+	for w := 1; w < ranks; w++ {
+		done := make(chan error, 1)
+		go func() {
+			c, err := nw.Dialer().Dial(context.Background(), ln.Addr())
+			conns[w][0] = c
+			done <- err
+		}()
+		c, err := ln.Accept()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		conns[0][w] = c
+	}
+	b.Cleanup(func() {
+		for _, row := range conns {
+			for _, c := range row {
+				if c != nil {
+					c.Close()
+				}
+			}
+		}
+	})
+	return conns
+}

@@ -170,10 +170,19 @@ func BenchmarkRawRelay(b *testing.B) {
 					for r := range bufs {
 						bufs[r] = make([]byte, total)
 					}
-					b.ResetTimer()
-					var wg sync.WaitGroup
+					// The coordinator serves each link from its own
+					// goroutine, as star does: read the worker's part; when
+					// every part is in, write the whole buffer back.
+					type result struct{}
+					arrived, sent := make(chan result, ranks), make(chan result, ranks)
+					gos := make([]chan result, ranks)
 					for w := 1; w < ranks; w++ {
-						wg.Go(func() {
+						gos[w] = make(chan result, 1)
+					}
+					var wg sync.WaitGroup
+					b.ResetTimer()
+					for w := 1; w < ranks; w++ {
+						wg.Go(func() { // worker w
 							c := conns[w][0]
 							for i := 0; i < b.N; i++ {
 								if _, err := c.Write(bufs[w][w*per : (w+1)*per]); err != nil {
@@ -186,18 +195,28 @@ func BenchmarkRawRelay(b *testing.B) {
 								}
 							}
 						})
+						wg.Go(func() { // the coordinator's end of link w
+							c := conns[0][w]
+							for i := 0; i < b.N; i++ {
+								_, _ = io.ReadFull(c, coordBuf[w*per:(w+1)*per])
+								arrived <- result{}
+								<-gos[w]
+								_, _ = c.Write(coordBuf)
+								sent <- result{}
+							}
+						})
 					}
-					wg.Go(func() {
-						var links sync.WaitGroup
+					wg.Go(func() { // the coordinator
 						for i := 0; i < b.N; i++ {
 							for w := 1; w < ranks; w++ {
-								links.Go(func() { _, _ = io.ReadFull(conns[0][w], coordBuf[w*per:(w+1)*per]) })
+								<-arrived
 							}
-							links.Wait()
 							for w := 1; w < ranks; w++ {
-								links.Go(func() { _, _ = conns[0][w].Write(coordBuf) })
+								gos[w] <- result{}
 							}
-							links.Wait()
+							for w := 1; w < ranks; w++ {
+								<-sent
+							}
 						}
 					})
 					wg.Wait()

@@ -126,20 +126,22 @@ func (s *Script) Fired() int {
 	return n
 }
 
-// take returns the first unfired fault for this end, direction and
-// position, marking it fired.
-func (s *Script) take(rank, link int, dir Dir, frame, offset int, match func(f *armed) bool) *armed {
+// take returns, among the unfired faults of this end and direction that
+// match, the one earliest in the stream (fired is left to the caller).
+func (s *Script) take(rank, link int, dir Dir, match func(f *armed) (pos int, ok bool)) *armed {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var best *armed
+	bestPos := 0
 	for _, f := range s.faults {
 		if f.fired || f.Manual || f.Rank != rank || (f.Link != -1 && f.Link != link) || f.Dir != dir || f.Kind == RefuseDial {
 			continue
 		}
-		if match(f) {
-			return f
+		if pos, ok := match(f); ok && (best == nil || pos < bestPos) {
+			best, bestPos = f, pos
 		}
 	}
-	return nil
+	return best
 }
 
 // Fire triggers every Manual fault of rank now, on each of its ends that
@@ -263,9 +265,12 @@ type Conn struct {
 	pos [2]struct {
 		frame, offset int
 		size          int // bytes of the current frame, once LEN is known
+		prev          int // bytes of the previous frame
 		hdr           [headerSize]byte
 	}
-	pending []byte // read bytes held back (a corrupted header)
+	hs      [4]byte // the rank in a Handshake being read, until complete
+	pending []byte  // read bytes held back (a header, or data that came in as the end hung)
+	hbuf    [headerSize]byte
 }
 
 var _ transport.Conn = (*Conn)(nil)
@@ -312,37 +317,43 @@ func (c *Conn) breakWith(err error) {
 	_ = c.inner.Close()
 }
 
-// trigger finds a stream fault placed within the next n bytes of dir and
-// returns it with the number of bytes to pass before it fires.
+// trigger finds the earliest stream fault placed within the next n bytes
+// of dir and returns it with the number of bytes to pass before it fires.
+// Only a fault at the current position (before == 0) is marked fired; one
+// further on just bounds this I/O so that the next one starts at it. A
+// fault at the very end of a frame is the same as one at the start of the
+// next.
 func (c *Conn) trigger(dir Dir, n int) (*armed, int) {
 	c.mu.Lock()
-	frame, off, link := c.pos[dir].frame, c.pos[dir].offset, c.link
-	size := c.pos[dir].size
+	st := c.pos[dir]
+	link := c.link
 	c.mu.Unlock()
-	// Look ahead frame by frame only within the current frame; later frames
-	// are reached by later calls (each call stops at a frame boundary when
-	// a fault is pending in the next frame).
-	var before int
-	f := c.s.take(c.rank, link, dir, frame, off, func(f *armed) bool {
-		if f.Frame != frame {
-			return false
-		}
+	f := c.s.take(c.rank, link, dir, func(f *armed) (int, bool) {
 		switch f.Kind {
 		case CorruptTag, LenTooLarge, LenTooSmall:
-			return false // applied by headerFault
+			return 0, false // applied to the header as it passes
 		}
-		if f.Offset < off || f.Offset > off+n {
-			return false
+		offset := f.Offset
+		switch {
+		case f.Frame == st.frame:
+		case f.Frame == st.frame-1 && st.offset == 0 && f.Offset == st.prev:
+			offset = 0 // the end of the previous frame
+		default:
+			return 0, false
 		}
-		if size > 0 && f.Offset > size {
-			return false
+		if offset < st.offset || offset > st.offset+n || (st.size > 0 && offset > st.size) {
+			return 0, false
 		}
-		before = f.Offset - off
-		return true
+		return offset - st.offset, true
 	})
-	if f != nil && before == 0 {
-		// Only a fault at the current position fires; one further on
-		// just bounds this I/O so that the next one starts at it.
+	if f == nil {
+		return nil, 0
+	}
+	before := f.Offset - st.offset
+	if f.Frame != st.frame {
+		before = 0
+	}
+	if before == 0 {
 		c.s.mu.Lock()
 		f.fired = true
 		c.s.mu.Unlock()
@@ -364,20 +375,23 @@ func (c *Conn) advance(dir Dir, p []byte) {
 			if st.offset >= 4 && st.size == 0 {
 				st.size = 4 + int(binary.BigEndian.Uint32(st.hdr[:4]))
 			}
-			if st.offset == headerSize && dir == Read && c.link == -1 && st.hdr[4] == 0x08 && st.frame == 0 && st.size == 13 {
-				// The worker's rank follows in the handshake payload;
-				// learnt in learnLink once read.
-			}
 		} else {
 			k := min(len(p), st.size-st.offset)
-			if dir == Read && c.link == -1 && st.frame == 0 && st.hdr[4] == 0x08 && st.offset == headerSize && k >= 4 {
-				c.link = int(binary.BigEndian.Uint32(p[:4]))
+			if dir == Read && c.link == -1 && st.frame == 0 && st.hdr[4] == 0x08 && st.offset < headerSize+4 {
+				// The worker's rank: the first 4 payload bytes of its
+				// Handshake, however the reads split them.
+				at := st.offset - headerSize
+				m := copy(c.hs[at:], p[:k])
+				if at+m == 4 {
+					c.link = int(binary.BigEndian.Uint32(c.hs[:]))
+				}
 			}
 			st.offset += k
 			p = p[k:]
 		}
 		if st.size > 0 && st.offset >= st.size {
 			st.frame++
+			st.prev = st.size
 			st.offset, st.size = 0, 0
 		}
 	}
@@ -387,6 +401,11 @@ func (c *Conn) advance(dir Dir, p []byte) {
 // conn closes.
 func (c *Conn) wait(dir Dir, until time.Time) error {
 	for {
+		select {
+		case <-c.closed:
+			return net.ErrClosed
+		default:
+		}
 		c.mu.Lock()
 		dl := c.wdeadline
 		if dir == Read {
@@ -484,9 +503,6 @@ func (c *Conn) state(dir Dir) error {
 func (c *Conn) corruption(dir Dir) *Fault {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.pos[dir].offset != 0 {
-		return nil
-	}
 	if len(c.corrupt[dir]) > 0 {
 		f := c.corrupt[dir][0]
 		c.corrupt[dir] = c.corrupt[dir][1:]
@@ -512,22 +528,22 @@ func corruptHeader(h []byte, f *Fault) {
 	}
 }
 
-func (c *Conn) headerFault(dir Dir) *Fault {
+// headerFault returns the corruption to apply to the header of dir's
+// current frame (one armed by Fire, or one scripted for that frame), or
+// nil, marking it fired.
+func (c *Conn) headerFault(dir Dir, frame int) *Fault {
 	if f := c.corruption(dir); f != nil {
 		return f
 	}
 	c.mu.Lock()
-	frame, off, link := c.pos[dir].frame, c.pos[dir].offset, c.link
+	link := c.link
 	c.mu.Unlock()
-	if off != 0 {
-		return nil
-	}
-	a := c.s.take(c.rank, link, dir, frame, off, func(f *armed) bool {
+	a := c.s.take(c.rank, link, dir, func(f *armed) (int, bool) {
 		switch f.Kind {
 		case CorruptTag, LenTooLarge, LenTooSmall:
-			return f.Frame == frame
+			return 0, f.Frame == frame
 		}
-		return false
+		return 0, false
 	})
 	if a == nil {
 		return nil
@@ -538,6 +554,40 @@ func (c *Conn) headerFault(dir Dir) *Fault {
 	return &a.Fault
 }
 
+// ioErr is the error an I/O on the underlying conn reports: the fault's
+// error if a fault broke this end meanwhile, net.ErrClosed if a hung end
+// was closed, else the driver's.
+func (c *Conn) ioErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	c.mu.Lock()
+	broken, hung := c.broken, c.hung
+	c.mu.Unlock()
+	if broken != nil {
+		return broken
+	}
+	if hung {
+		select {
+		case <-c.closed:
+			return net.ErrClosed
+		default:
+		}
+	}
+	return err
+}
+
+// writeHeaderFault is headerFault for a write at the start of a frame.
+func (c *Conn) writeHeaderFault() *Fault {
+	c.mu.Lock()
+	off, frame := c.pos[Write].offset, c.pos[Write].frame
+	c.mu.Unlock()
+	if off != 0 {
+		return nil
+	}
+	return c.headerFault(Write, frame)
+}
+
 // Write sends p, applying the faults placed in it.
 func (c *Conn) Write(p []byte) (int, error) {
 	written := 0
@@ -545,7 +595,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 		if err := c.state(Write); err != nil {
 			return written, err
 		}
-		if f := c.headerFault(Write); f != nil {
+		if f := c.writeHeaderFault(); f != nil {
 			if len(p) < headerSize {
 				return written, fmt.Errorf("faulty: cannot corrupt a frame header split across writes (%d bytes)", len(p))
 			}
@@ -557,7 +607,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			written += n
 			p = p[n:]
 			if err != nil {
-				return written, err
+				return written, c.ioErr(err)
 			}
 			continue
 		}
@@ -574,7 +624,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			written += n
 			p = p[n:]
 			if err != nil {
-				return written, err
+				return written, c.ioErr(err)
 			}
 		}
 		if a != nil && before == 0 {
@@ -598,10 +648,15 @@ func (c *Conn) untilFrameEnd(dir Dir, n int) int {
 	return min(n, st.size-st.offset)
 }
 
-// Read receives into p, applying the faults placed in the stream.
+// Read receives into p, applying the faults placed in the stream. A frame
+// header is read whole from the underlying conn before any of it is handed
+// out, so a corruption armed while the Read waited still applies.
 func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if err := c.state(Read); err != nil {
+		return 0, err
 	}
 	c.mu.Lock()
 	if len(c.pending) > 0 {
@@ -610,37 +665,108 @@ func (c *Conn) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 		return n, nil
 	}
+	atHeader := c.pos[Read].offset == 0
 	c.mu.Unlock()
-	if err := c.state(Read); err != nil {
-		return 0, err
-	}
-	if f := c.headerFault(Read); f != nil {
-		h := make([]byte, headerSize)
-		if _, err := io.ReadFull(c.inner, h); err != nil {
+	a, before := c.trigger(Read, len(p))
+	if a != nil && before == 0 {
+		if err := c.act(Read, a); err != nil {
 			return 0, err
 		}
-		c.advance(Read, h)
-		corruptHeader(h, f)
-		n := copy(p, h)
-		c.mu.Lock()
-		c.pending = append(c.pending[:0], h[n:]...)
-		c.mu.Unlock()
-		return n, nil
+		return c.Read(p)
 	}
-	a, before := c.trigger(Read, len(p))
+	if atHeader && c.mayCorrupt(Read) && c.clearAhead(Read, a, before) {
+		h := c.hbuf[:]
+		n, err := io.ReadFull(c.inner, h)
+		if n < headerSize {
+			if err == io.ErrUnexpectedEOF {
+				err = io.EOF // the bytes that came are handed out first
+			}
+			c.advance(Read, h[:n])
+			return c.hold(p, h[:n], c.ioErr(err))
+		}
+		c.mu.Lock()
+		frame := c.pos[Read].frame
+		c.mu.Unlock()
+		c.advance(Read, h)
+		if f := c.headerFault(Read, frame); f != nil {
+			corruptHeader(h, f)
+		}
+		return c.hold(p, h, nil)
+	}
 	limit := c.untilFrameEnd(Read, len(p))
 	if a != nil {
-		limit = before
+		limit = min(limit, before)
 	}
-	if limit > 0 {
-		n, err := c.inner.Read(p[:limit])
-		c.advance(Read, p[:n])
-		return n, err
+	n, err := c.inner.Read(p[:limit])
+	c.advance(Read, p[:n])
+	if n > 0 {
+		c.mu.Lock()
+		hung := c.hung
+		c.mu.Unlock()
+		if hung {
+			// The end hung while this Read waited: what came in is held,
+			// not delivered.
+			return c.hold(p[:0], p[:n], c.state(Read))
+		}
 	}
-	if err := c.act(Read, a); err != nil {
-		return 0, err
+	return n, c.ioErr(err)
+}
+
+// mayCorrupt reports whether a header corruption may still apply to dir on
+// this end (armed by Fire, or scripted and not fired yet).
+func (c *Conn) mayCorrupt(dir Dir) bool {
+	c.mu.Lock()
+	armed := len(c.corrupt[dir]) > 0
+	c.mu.Unlock()
+	if armed {
+		return true
 	}
-	return c.Read(p)
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	for _, f := range c.s.faults {
+		switch f.Kind {
+		case CorruptTag, LenTooLarge, LenTooSmall:
+			if !f.fired && f.Rank == c.rank && f.Dir == dir {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// clearAhead reports whether no stream fault lies inside the next header
+// (a and before: the fault found for this Read, if any).
+func (c *Conn) clearAhead(dir Dir, a *armed, before int) bool {
+	if a != nil {
+		return before >= headerSize
+	}
+	b, ahead := c.trigger(dir, headerSize)
+	return b == nil || ahead >= headerSize
+}
+
+// hold hands as much of data as fits in p to the caller and keeps the rest
+// for the next Read; if the end is hung, it keeps all of it and blocks.
+func (c *Conn) hold(p, data []byte, err error) (int, error) {
+	c.mu.Lock()
+	hung := c.hung
+	c.mu.Unlock()
+	n := 0
+	if !hung {
+		n = copy(p, data)
+	}
+	c.mu.Lock()
+	c.pending = append(c.pending, data[n:]...)
+	c.mu.Unlock()
+	if hung {
+		return 0, c.state(Read)
+	}
+	switch {
+	case n > 0:
+		return n, nil // the bytes now; an error comes again on a later Read
+	case err == nil:
+		return c.Read(p)
+	}
+	return 0, err
 }
 
 // Close closes the conn and unblocks a hung Read or Write. A hung end does
@@ -652,6 +778,9 @@ func (c *Conn) Close() error {
 	hung := c.hung
 	c.mu.Unlock()
 	if hung {
+		// Unblock I/O waiting in the underlying conn without closing it.
+		past := time.Unix(1, 0)
+		_ = c.inner.SetDeadline(past)
 		return nil
 	}
 	return c.inner.Close()

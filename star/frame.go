@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/starcomm/starcomm/transport"
 )
@@ -83,6 +84,9 @@ func PutHeader(h []byte, tag byte, payloadLen int) {
 // ParseHeader decodes a frame header: the payload length (LEN - 1) and the
 // tag. LEN = 0 (no room for a tag) is ErrZeroLength, with payload length -1.
 func ParseHeader(h []byte) (payloadLen int, tag byte, err error) {
+	if len(h) < HeaderSize {
+		return 0, 0, fmt.Errorf("star: frame header of %d bytes, need %d", len(h), HeaderSize)
+	}
 	n := binary.BigEndian.Uint32(h[0:4])
 	if n == 0 {
 		return -1, h[4], ErrZeroLength
@@ -203,7 +207,10 @@ func blamedRank(reason string) int {
 		return -1
 	}
 	end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
-	if end <= 0 {
+	if end < 0 {
+		end = len(rest) // the digits run to the end
+	}
+	if end == 0 {
 		return -1
 	}
 	n, err := strconv.Atoi(rest[:end])
@@ -248,6 +255,9 @@ type link struct {
 	// Abort arrives in time.
 	timeout  time.Duration
 	rtimeout time.Duration
+	// deadline, when set, is an absolute bound for every read and write
+	// (start-up: the whole handshake within one timeout).
+	deadline time.Time
 
 	whdr  [HeaderSize + 1]byte
 	rhdr  [HeaderSize]byte
@@ -311,7 +321,7 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 		// A deadline that cannot be set (a pipe refuses once the peer has
 		// closed) is not the error to report: the I/O below reports the
 		// real one.
-		_ = l.conn.SetWriteDeadline(time.Now().Add(l.timeout))
+		_ = l.conn.SetWriteDeadline(l.until(l.timeout))
 		if l.bw != nil && len(batch) > 1 {
 			if _, err := l.bw.WriteBuffers(batch); err != nil {
 				return writeErr(err)
@@ -325,6 +335,27 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 		}
 	}
 	return nil
+}
+
+// until is the deadline of an I/O call that may take d.
+func (l *link) until(d time.Duration) time.Time {
+	if !l.deadline.IsZero() {
+		return l.deadline
+	}
+	return time.Now().Add(d)
+}
+
+// capReason cuts an Abort reason to MaxAbortReason bytes, on a UTF-8
+// boundary, so that every receiver accepts it.
+func capReason(reason []byte) []byte {
+	if len(reason) <= MaxAbortReason {
+		return reason
+	}
+	cut := MaxAbortReason
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut]
 }
 
 // replyMargin is how much longer a worker waits for the coordinator than the
@@ -355,7 +386,7 @@ func writeErr(err error) error {
 func (l *link) readFull(p []byte) error {
 	for len(p) > 0 {
 		n := min(len(p), chunk)
-		_ = l.conn.SetReadDeadline(time.Now().Add(l.rtimeout)) // see writeAll
+		_ = l.conn.SetReadDeadline(l.until(l.rtimeout)) // see writeAll
 		if _, err := io.ReadFull(l.conn, p[:n]); err != nil {
 			return err
 		}
@@ -437,6 +468,9 @@ func unexpectedEOF(err error) error {
 // (unless a write was cut mid-frame), then waits up to grace for the peer
 // to close its end before closing ours (where the conn can half-close).
 func (l *link) linger(tag byte, payload []byte, grace time.Duration) {
+	if tag == TagAbort {
+		payload = capReason(payload)
+	}
 	deadline := time.Now().Add(grace)
 	drained := make(chan struct{})
 	_ = l.conn.SetReadDeadline(deadline)

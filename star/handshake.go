@@ -34,11 +34,10 @@ func EncodeAck(size int) []byte {
 	return b
 }
 
-// EncodeAbort returns the full Abort frame carrying reason.
+// EncodeAbort returns the full Abort frame carrying reason, cut to
+// MaxAbortReason bytes on a UTF-8 boundary.
 func EncodeAbort(reason string) []byte {
-	if len(reason) > MaxAbortReason {
-		reason = reason[:MaxAbortReason]
-	}
+	reason = string(capReason([]byte(reason)))
 	b := make([]byte, HeaderSize+len(reason))
 	PutHeader(b, TagAbort, len(reason))
 	copy(b[HeaderSize:], reason)
@@ -100,6 +99,8 @@ func accept(ctx context.Context, cfg Config) ([]*link, error) {
 	handshake := func(conn transport.Conn) {
 		defer wg.Done()
 		l := newLink(-1, conn, cfg.HandshakeTimeout)
+		// The whole Handshake frame, and the Ack, within HandshakeTimeout.
+		l.deadline = time.Now().Add(cfg.HandshakeTimeout)
 		refuse := func(reason string) {
 			mu.Lock()
 			refusals = append(refusals, reason)
@@ -128,7 +129,7 @@ func accept(ctx context.Context, cfg Config) ([]*link, error) {
 			refuse(reason)
 			return
 		}
-		_ = conn.SetWriteDeadline(time.Now().Add(cfg.HandshakeTimeout))
+		_ = conn.SetWriteDeadline(l.deadline)
 		if _, err := conn.Write(EncodeAck(cfg.Size)); err != nil {
 			mu.Lock()
 			reserved[rank] = false
@@ -183,7 +184,9 @@ func accept(ctx context.Context, cfg Config) ([]*link, error) {
 	}
 	mu.Unlock()
 	wg.Wait()
-	if err == nil {
+	if err == nil || joined == cfg.Size-1 {
+		// Every worker registered (the last one perhaps just as the wait
+		// ended): start-up succeeded.
 		return links, nil
 	}
 	var missing []int
@@ -232,6 +235,7 @@ func dial(ctx context.Context, cfg Config) (*link, error) {
 		return fail(fmt.Errorf("send handshake to %s: %w", cfg.Addr, err))
 	}
 	l := newLink(0, conn, time.Until(deadline))
+	l.deadline = deadline
 	var payload [ackLen]byte
 	if err := l.readFrame(TagAck, payload[:]); err != nil {
 		var ab *AbortError
@@ -245,6 +249,7 @@ func dial(ctx context.Context, cfg Config) (*link, error) {
 	}
 	stop()
 	_ = conn.SetDeadline(time.Time{})
+	l.deadline = time.Time{}
 	l.timeout = cfg.Timeout + replyMargin(cfg.Timeout)
 	l.rtimeout = l.timeout
 	return l, nil

@@ -290,8 +290,8 @@ func (c *Comm) fail(ctx context.Context, op string, err error) error {
 			Detail: fmt.Sprintf("%s frame from rank %d; ranks disagree on the buffer sizes", TagName(fe.tag), peer)}
 	case errors.As(err, &ab):
 		blamed := ab.Rank
-		if blamed < 0 {
-			blamed = ab.From
+		if blamed < 0 || blamed >= c.size {
+			blamed = ab.From // no rank, or one that does not exist
 		}
 		out = &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("aborted by rank %d: %s", ab.From, ab.Reason), Err: ab}
 	case errors.Is(err, ErrShutdown):

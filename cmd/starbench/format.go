@@ -17,6 +17,9 @@ type runInfo struct {
 	Backend      string
 	Ranks        int
 	RepeatsScale float64
+	// PeakRSS is rank 0's (the coordinator's) peak resident set size in
+	// bytes over the whole run (Linux VmHWM), or 0 where unknown.
+	PeakRSS int64
 }
 
 // report is the JSON document --json prints.
@@ -29,6 +32,7 @@ type report struct {
 	Backend      string   `json:"backend"`
 	CPUs         int      `json:"cpus"`
 	RepeatsScale float64  `json:"repeats_scale"`
+	PeakRSS      int64    `json:"coordinator_peak_rss_bytes,omitempty"`
 	Results      []result `json:"results"`
 }
 
@@ -48,6 +52,7 @@ func writeJSON(w io.Writer, info runInfo, results []result) error {
 		Backend:      info.Backend,
 		CPUs:         info.CPUs,
 		RepeatsScale: info.RepeatsScale,
+		PeakRSS:      info.PeakRSS,
 		Results:      results,
 	})
 }
@@ -73,6 +78,9 @@ func writeTable(w io.Writer, info runInfo, results []result) error {
 		}
 		fmt.Fprintf(&b, row, r.Workload, fmt.Sprint(r.Ranks), humanBytes(r.BytesPerRank),
 			fmt.Sprint(r.Repeats), humanDuration(r.Median), bw)
+	}
+	if info.PeakRSS > 0 {
+		fmt.Fprintf(&b, "# rank 0 (coordinator) peak RSS: %s\n", humanBytes(info.PeakRSS))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -101,6 +101,7 @@ func runRank(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		Backend:      backendName(cfg),
 		Ranks:        c.Size(),
 		RepeatsScale: o.scale,
+		PeakRSS:      peakRSS(),
 	}
 	write := writeTable
 	if o.json {

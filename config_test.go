@@ -29,6 +29,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, 60*time.Second, cfg.Timeout)
 	assert.Equal(t, "0.0.0.0", cfg.BindAddr)
 	assert.Equal(t, 30*time.Second, cfg.ConnectTimeout)
+	assert.Equal(t, 200*time.Microsecond, cfg.SpinRead)
 	assert.Equal(t, "auto", cfg.Backend)
 }
 
@@ -36,7 +37,7 @@ func TestConfigAllVariables(t *testing.T) {
 	cfg, err := starcomm.ConfigFromLookup(lookup(map[string]string{
 		"COBRE_COMM_BACKEND": "TCP", "COBRE_TCP_COORDINATOR": "10.0.0.1", "COBRE_TCP_PORT": "4000",
 		"COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "8", "COBRE_TCP_TIMEOUT_SECS": "2.5",
-		"COBRE_TCP_BIND_ADDR": "127.0.0.1", "COBRE_TCP_CONNECT_TIMEOUT_MS": "1500",
+		"COBRE_TCP_BIND_ADDR": "127.0.0.1", "COBRE_TCP_CONNECT_TIMEOUT_MS": "1500", "COBRE_TCP_SPIN_US": "0",
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, starcomm.Config{Backend: "tcp", Coordinator: "10.0.0.1", Port: 4000, Rank: 0, Size: 8,
@@ -99,6 +100,8 @@ func TestConfigBadValues(t *testing.T) {
 		{"timeout NaN", "COBRE_TCP_TIMEOUT_SECS", "NaN", "not a number"},
 		{"connect timeout zero", "COBRE_TCP_CONNECT_TIMEOUT_MS", "0", "positive"},
 		{"connect timeout not a number", "COBRE_TCP_CONNECT_TIMEOUT_MS", "1s", "not an integer"},
+		{"spin negative", "COBRE_TCP_SPIN_US", "-1", "0..1000000"},
+		{"spin not a number", "COBRE_TCP_SPIN_US", "fast", "not an integer"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,6 +51,7 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	tc.BindAddr = cfg.BindAddr
 	tc.Timeout = cfg.Timeout
 	tc.ConnectTimeout = cfg.ConnectTimeout
+	tc.SpinRead = cfg.SpinRead
 	if err := tc.Validate(); err != nil {
 		return nil, &comm.InitializationFailedError{Backend: BackendTCP, Err: err}
 	}

@@ -3,6 +3,8 @@ package tcp
 import (
 	"net"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/starcomm/starcomm/transport"
 )
@@ -18,6 +20,10 @@ import (
 // and use after Close one satisfying errors.Is(err, net.ErrClosed).
 type Conn struct {
 	*net.TCPConn
+
+	// spin is how long Read polls the socket before parking (SpinRead).
+	spin time.Duration
+	rc   syscall.RawConn
 
 	// wmu serialises WriteBuffers, which reuses scratch and bufs.
 	wmu sync.Mutex
@@ -39,7 +45,27 @@ func newConn(tc *net.TCPConn, cfg Config) (*Conn, error) {
 	if err := configure(tc, cfg); err != nil {
 		return nil, err
 	}
-	return &Conn{TCPConn: tc}, nil
+	c := &Conn{TCPConn: tc, spin: cfg.SpinRead}
+	if c.spin > 0 {
+		rc, err := tc.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
+		c.rc = rc
+	}
+	return c, nil
+}
+
+// Read reads into p. With Config.SpinRead set, a Read that finds no data
+// polls the socket for up to that long, yielding the CPU between polls,
+// before it parks in the runtime's network poller: a small message then
+// costs no scheduler wake-up, which is most of a small collective's latency.
+// Errors are those of *net.TCPConn.
+func (c *Conn) Read(p []byte) (int, error) {
+	if c.rc == nil || len(p) == 0 {
+		return c.TCPConn.Read(p)
+	}
+	return c.spinRead(p)
 }
 
 // WriteBuffers writes the buffers in order as one gathered write (writev on

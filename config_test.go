@@ -29,7 +29,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, 60*time.Second, cfg.Timeout)
 	assert.Equal(t, "0.0.0.0", cfg.BindAddr)
 	assert.Equal(t, 30*time.Second, cfg.ConnectTimeout)
-	assert.Equal(t, 200*time.Microsecond, cfg.SpinRead)
+	assert.Equal(t, time.Duration(0), cfg.SpinRead)
 	assert.Equal(t, "auto", cfg.Backend)
 }
 
@@ -37,11 +37,12 @@ func TestConfigAllVariables(t *testing.T) {
 	cfg, err := starcomm.ConfigFromLookup(lookup(map[string]string{
 		"COBRE_COMM_BACKEND": "TCP", "COBRE_TCP_COORDINATOR": "10.0.0.1", "COBRE_TCP_PORT": "4000",
 		"COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "8", "COBRE_TCP_TIMEOUT_SECS": "2.5",
-		"COBRE_TCP_BIND_ADDR": "127.0.0.1", "COBRE_TCP_CONNECT_TIMEOUT_MS": "1500", "COBRE_TCP_SPIN_US": "0",
+		"COBRE_TCP_BIND_ADDR": "127.0.0.1", "COBRE_TCP_CONNECT_TIMEOUT_MS": "1500", "COBRE_TCP_SPIN_US": "150",
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, starcomm.Config{Backend: "tcp", Coordinator: "10.0.0.1", Port: 4000, Rank: 0, Size: 8,
-		Timeout: 2500 * time.Millisecond, BindAddr: "127.0.0.1", ConnectTimeout: 1500 * time.Millisecond}, cfg)
+		Timeout: 2500 * time.Millisecond, BindAddr: "127.0.0.1", ConnectTimeout: 1500 * time.Millisecond,
+		SpinRead: 150 * time.Microsecond}, cfg)
 }
 
 // TestConfigCoordinatorNeedsNoAddress: rank 0 with backend tcp does not

@@ -21,9 +21,17 @@ import (
 type Conn struct {
 	*net.TCPConn
 
-	// spin is how long Read polls the socket before parking (SpinRead).
-	spin time.Duration
-	rc   syscall.RawConn
+	// spin is how long Read polls the socket before parking (SpinRead);
+	// rc, poll and the sp* fields serve spinRead without allocating (rmu
+	// serialises spinning Reads, which share them).
+	spin  time.Duration
+	rc    syscall.RawConn
+	poll  func(fd uintptr) bool
+	rmu   sync.Mutex
+	sp    []byte
+	sn    int
+	serr  error
+	spEnd time.Time
 
 	// wmu serialises WriteBuffers, which reuses scratch and bufs.
 	wmu sync.Mutex
@@ -52,6 +60,7 @@ func newConn(tc *net.TCPConn, cfg Config) (*Conn, error) {
 			return nil, err
 		}
 		c.rc = rc
+		c.poll = c.pollStep
 	}
 	return c, nil
 }

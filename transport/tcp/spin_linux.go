@@ -14,33 +14,12 @@ import (
 // or a deadline passes. Deadlines and Close keep their meaning: the poller
 // checks them before the first poll and whenever it parks.
 func (c *Conn) spinRead(p []byte) (int, error) {
-	var (
-		n    int
-		rerr error
-		end  time.Time
-	)
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			k, e := syscall.Read(int(fd), p)
-			switch {
-			case e == syscall.EINTR:
-				continue
-			case e == syscall.EAGAIN:
-				if end.IsZero() {
-					end = time.Now().Add(c.spin)
-				} else if time.Now().After(end) {
-					return false // park until readable
-				}
-				syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-				continue
-			}
-			n, rerr = k, e
-			if n < 0 {
-				n = 0
-			}
-			return true
-		}
-	})
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.sp, c.sn, c.serr, c.spEnd = p, 0, nil, time.Time{}
+	err := c.rc.Read(c.poll)
+	n, rerr := c.sn, c.serr
+	c.sp = nil
 	if err == nil && rerr != nil {
 		err = os.NewSyscallError("read", rerr)
 	}
@@ -51,4 +30,26 @@ func (c *Conn) spinRead(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// pollStep is the function spinRead hands to RawConn.Read: read; on EAGAIN
+// yield and retry until the spin time is over, then report false to park.
+func (c *Conn) pollStep(fd uintptr) bool {
+	for {
+		k, e := syscall.Read(int(fd), c.sp)
+		switch {
+		case e == syscall.EINTR:
+			continue
+		case e == syscall.EAGAIN:
+			if c.spEnd.IsZero() {
+				c.spEnd = time.Now().Add(c.spin)
+			} else if time.Now().After(c.spEnd) {
+				return false // park until readable
+			}
+			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			continue
+		}
+		c.sn, c.serr = max(k, 0), e
+		return true
+	}
 }

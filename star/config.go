@@ -15,7 +15,8 @@ type Config struct {
 	Size int
 	// Timeout bounds every read and write of a collective (each call moves
 	// at most 4 MiB): a peer that sends nothing for this long is declared
-	// failed. The spec's COBRE_TCP_TIMEOUT_SECS; default 60 s. A worker
+	// failed, at most min(Timeout/20, 250 ms) later (deadlines are re-armed
+	// lazily, not on every I/O). The spec's COBRE_TCP_TIMEOUT_SECS; default 60 s. A worker
 	// waits min(Timeout/2, 500 ms) longer on its link to the coordinator,
 	// so that the coordinator, which sees a hung rank first, can name it.
 	Timeout time.Duration

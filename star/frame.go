@@ -258,6 +258,11 @@ type link struct {
 	// deadline, when set, is an absolute bound for every read and write
 	// (start-up: the whole handshake within one timeout).
 	deadline time.Time
+	// rdl and wdl are the read and write deadlines set on conn now (zero:
+	// unknown). Setting a deadline can wake the runtime's network poller,
+	// a context switch per I/O, so a deadline is re-armed only when less
+	// than a whole timeout of it remains (see arm).
+	rdl, wdl time.Time
 
 	whdr  [HeaderSize + 1]byte
 	rhdr  [HeaderSize]byte
@@ -321,7 +326,7 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 		// A deadline that cannot be set (a pipe refuses once the peer has
 		// closed) is not the error to report: the I/O below reports the
 		// real one.
-		_ = l.conn.SetWriteDeadline(l.until(l.timeout))
+		l.arm(&l.wdl, l.timeout, l.conn.SetWriteDeadline)
 		if l.bw != nil && len(batch) > 1 {
 			if _, err := l.bw.WriteBuffers(batch); err != nil {
 				return writeErr(err)
@@ -337,13 +342,35 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 	return nil
 }
 
-// until is the deadline of an I/O call that may take d.
-func (l *link) until(d time.Duration) time.Time {
+// arm makes sure the next I/O call fails if it makes no progress for d:
+// it sets the deadline to now + d + deadlineSlack(d), unless the one set
+// (*cur) is still at least d away. So a silent peer is detected after
+// between d and d + deadlineSlack(d), and a deadline is set at most once
+// per slack, not once per I/O. With an absolute l.deadline (start-up),
+// that is the deadline.
+func (l *link) arm(cur *time.Time, d time.Duration, set func(time.Time) error) {
 	if !l.deadline.IsZero() {
-		return l.deadline
+		*cur = time.Time{}
+		_ = set(l.deadline)
+		return
 	}
-	return time.Now().Add(d)
+	now := time.Now()
+	if !cur.IsZero() && !cur.Before(now.Add(d)) {
+		return
+	}
+	*cur = now.Add(d + deadlineSlack(d))
+	_ = set(*cur)
 }
+
+// deadlineSlack is how much later than d a silent peer may be detected:
+// min(d/20, 250 ms).
+func deadlineSlack(d time.Duration) time.Duration {
+	return min(d/20, 250*time.Millisecond)
+}
+
+// forgetDeadlines makes the next I/O set its deadlines again (after
+// someone else changed them: an interrupt).
+func (l *link) forgetDeadlines() { l.rdl, l.wdl = time.Time{}, time.Time{} }
 
 // capReason cuts an Abort reason to MaxAbortReason bytes, on a UTF-8
 // boundary, so that every receiver accepts it.
@@ -386,7 +413,7 @@ func writeErr(err error) error {
 func (l *link) readFull(p []byte) error {
 	for len(p) > 0 {
 		n := min(len(p), chunk)
-		_ = l.conn.SetReadDeadline(l.until(l.rtimeout)) // see writeAll
+		l.arm(&l.rdl, l.rtimeout, l.conn.SetReadDeadline) // see writeAll
 		if _, err := io.ReadFull(l.conn, p[:n]); err != nil {
 			return err
 		}

@@ -246,6 +246,15 @@ func (c *Comm) watch(ctx context.Context) func() {
 	return func() {
 		if !stop() {
 			<-done
+			// The interrupt moved every deadline into the past.
+			if c.up != nil {
+				c.up.forgetDeadlines()
+			}
+			for _, l := range c.links {
+				if l != nil {
+					l.forgetDeadlines()
+				}
+			}
 		}
 	}
 }

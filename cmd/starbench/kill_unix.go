@@ -8,7 +8,7 @@ import (
 )
 
 // killGroup sends SIGKILL to p's process group (p leads its own group, see
-// sysProcAttr) and to p itself.
+// ranks.SysProcAttr) and to p itself.
 func killGroup(p *os.Process) {
 	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 	_ = p.Kill()

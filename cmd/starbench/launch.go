@@ -9,12 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/starcomm/starcomm"
+	"github.com/starcomm/starcomm/internal/ranks"
 )
 
 // waitDelay bounds how long reaping a rank waits for its output pipes after
@@ -59,7 +58,7 @@ type exit struct {
 // starbench's exit code: 0 when all exited 0, exitFailure when one could
 // not start or failed, 128+signal number after a signal.
 func (l *launcher) run() int {
-	errw := &lockedWriter{w: l.stderr}
+	errw := &ranks.SyncWriter{W: l.stderr}
 	port, err := freePort()
 	if err != nil {
 		fmt.Fprintf(errw, "starbench: cannot pick a free port on 127.0.0.1: %v\n", err)
@@ -159,7 +158,7 @@ func (l *launcher) start(r, port int, errw io.Writer, exits chan<- exit) (*child
 		c.outs = append(c.outs, out)
 	}
 	cmd.Stderr = errOut
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = ranks.SysProcAttr()
 	cmd.WaitDelay = waitDelay
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -226,32 +225,7 @@ func rankEnv(base []string, n, r, port int, timeout float64) []string {
 	if timeout > 0 {
 		set = append(set, starcomm.EnvTimeoutSecs+"="+strconv.FormatFloat(timeout, 'g', -1, 64))
 	}
-	replaced := map[string]bool{}
-	for _, kv := range set {
-		key, _, _ := strings.Cut(kv, "=")
-		replaced[key] = true
-	}
-	env := make([]string, 0, len(base)+len(set))
-	for _, kv := range base {
-		if key, _, _ := strings.Cut(kv, "="); !replaced[key] {
-			env = append(env, kv)
-		}
-	}
-	return append(env, set...)
-}
-
-// lockedWriter serializes writes to one destination, so lines written with
-// one Write never interleave.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-// Write writes p whole while holding the lock.
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+	return ranks.Env(base, set...)
 }
 
 // prefixWriter copies a rank's output to dst line by line, each line

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/starcomm/starcomm/internal/ranks"
 )
 
 // drainTimeout bounds how long starrun waits, after every rank has exited,
@@ -57,8 +59,8 @@ func (l *Launcher) Run(args []string) int {
 // their exits arrive on.
 type job struct {
 	cfg     config
-	stdout  *syncWriter
-	stderr  *syncWriter
+	stdout  *ranks.SyncWriter
+	stderr  *ranks.SyncWriter
 	signals <-chan os.Signal
 	ranks   []*rank
 	exits   chan exitEvent // buffered for every rank, so waiters never block
@@ -71,8 +73,8 @@ type job struct {
 func (l *Launcher) launch(cfg config) int {
 	j := &job{
 		cfg:     cfg,
-		stdout:  &syncWriter{w: l.Stdout},
-		stderr:  &syncWriter{w: l.Stderr},
+		stdout:  &ranks.SyncWriter{W: l.Stdout},
+		stderr:  &ranks.SyncWriter{W: l.Stderr},
 		signals: l.Signals,
 		exits:   make(chan exitEvent, cfg.n),
 	}
@@ -80,7 +82,7 @@ func (l *Launcher) launch(cfg config) int {
 	if port == 0 {
 		p, err := freePort(cfg.bind)
 		if err != nil {
-			j.stderr.printf("starrun: cannot pick a free port: %v", err)
+			j.stderr.Printf("starrun: cannot pick a free port: %v", err)
 			return exitLaunchError
 		}
 		port = p
@@ -97,7 +99,7 @@ func (l *Launcher) launch(cfg config) int {
 			if len(j.ranks) > 0 {
 				msg += "; stopping the other ranks"
 			}
-			j.stderr.printf("%s", msg)
+			j.stderr.Printf("%s", msg)
 			code = startCode(err)
 			break
 		}
@@ -139,7 +141,7 @@ func (j *job) start(r int, env []string) error {
 	cmd.Env = env
 	cmd.Stdout = outW
 	cmd.Stderr = errW
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = ranks.SysProcAttr()
 	err = cmd.Start()
 	// The rank holds its own copies of the write ends; closing ours makes
 	// the readers see EOF once the rank's group is gone.
@@ -217,7 +219,7 @@ func (j *job) supervise(code int) int {
 				if running > 0 {
 					msg += "; stopping the other ranks"
 				}
-				j.stderr.printf("%s", msg)
+				j.stderr.Printf("%s", msg)
 				stop(syscall.SIGTERM)
 			default: // stopped by a forwarded signal: the first non-zero result
 				code, decided = c, true
@@ -229,16 +231,16 @@ func (j *job) supervise(code int) int {
 				s = syscall.SIGTERM
 			}
 			if !stopping {
-				j.stderr.printf("starrun: received %s; forwarding it to all ranks", signalName(s))
+				j.stderr.Printf("starrun: received %s; forwarding it to all ranks", signalName(s))
 				stop(s)
 			} else {
-				j.stderr.printf("starrun: received %s while stopping; killing all ranks", signalName(s))
+				j.stderr.Printf("starrun: received %s while stopping; killing all ranks", signalName(s))
 				j.killRunning()
 			}
 
 		case <-graceOver:
 			graceOver = nil
-			j.stderr.printf("starrun: grace period of %v is over; killing %s", j.cfg.grace, j.describeRunning())
+			j.stderr.Printf("starrun: grace period of %v is over; killing %s", j.cfg.grace, j.describeRunning())
 			j.killRunning()
 		}
 	}
@@ -284,7 +286,7 @@ func (j *job) drain() {
 	select {
 	case <-done:
 	case <-timer.C:
-		j.stderr.printf("starrun: rank output still open %v after all ranks exited (held by a process outside their process groups); no longer copying it", drainTimeout)
+		j.stderr.Printf("starrun: rank output still open %v after all ranks exited (held by a process outside their process groups); no longer copying it", drainTimeout)
 		for _, f := range j.pipes {
 			f.Close()
 		}

@@ -3,9 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
-	"fmt"
 	"io"
-	"sync"
 )
 
 // maxLineBytes is the longest line starrun copies whole; longer lines are
@@ -16,26 +14,6 @@ const maxLineBytes = 1 << 20
 
 // readBufferBytes is the size of the buffer each output stream is read with.
 const readBufferBytes = 64 << 10
-
-// syncWriter serializes writes to one destination. Every Write reaches the
-// underlying writer whole and alone, so lines written with one Write never
-// interleave.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-// Write writes p to the underlying writer while holding the lock.
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-// printf writes one formatted line (a newline is appended) with one Write.
-func (s *syncWriter) printf(format string, args ...any) {
-	fmt.Fprintf(s, format+"\n", args...)
-}
 
 // copyLines copies src to dst line by line, putting prefix before every line
 // and writing each line with a single dst.Write. A final line without a

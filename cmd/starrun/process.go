@@ -7,8 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/starcomm/starcomm/internal/ranks"
 )
 
 // rank is one started rank process. Its fields are owned by the job's
@@ -43,18 +44,7 @@ func rankEnv(base []string, cfg config, port, r int) []string {
 	if cfg.bind != "" {
 		set = append(set, "COBRE_TCP_BIND_ADDR="+cfg.bind)
 	}
-	replaced := make(map[string]bool, len(set))
-	for _, kv := range set {
-		key, _, _ := strings.Cut(kv, "=")
-		replaced[key] = true
-	}
-	env := make([]string, 0, len(base)+len(set))
-	for _, kv := range base {
-		if key, _, _ := strings.Cut(kv, "="); !replaced[key] {
-			env = append(env, kv)
-		}
-	}
-	return append(env, set...)
+	return ranks.Env(base, set...)
 }
 
 // startCode is the exit code starrun uses when a rank cannot be started:

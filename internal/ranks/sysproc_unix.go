@@ -1,13 +1,13 @@
 //go:build unix && !linux
 
-package main
+package ranks
 
 import "syscall"
 
-// sysProcAttr returns the process attributes of a rank: its own process
+// SysProcAttr returns the process attributes of a rank: its own process
 // group, so it and its children can be signalled together and do not get
 // the terminal's SIGINT directly. Outside Linux there is no parent-death
-// signal, so ranks outlive a starrun that is killed with SIGKILL.
-func sysProcAttr() *syscall.SysProcAttr {
+// signal, so ranks outlive a launcher that is killed with SIGKILL.
+func SysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }

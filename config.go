@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/starcomm/starcomm/comm"
-	"github.com/starcomm/starcomm/transport/tcp"
+	"github.com/starcomm/starcomm/star"
 )
 
 // Environment variables (spec section 8 and the backend-selection spec).
@@ -26,7 +26,8 @@ const (
 	EnvConnectTimeoutMS = "COBRE_TCP_CONNECT_TIMEOUT_MS"
 	EnvShmName          = "COBRE_SHM_NAME"
 	// EnvSpinUS is starcomm's own addition: how long, in microseconds, a
-	// TCP read polls before parking (tcp.Config.SpinRead; 0 turns it off).
+	// rank polls its TCP links for a small frame before parking
+	// (star.Config.Spin; 0 turns polling off).
 	EnvSpinUS = "COBRE_TCP_SPIN_US"
 )
 
@@ -71,12 +72,10 @@ type Config struct {
 	// ShmName names the shared-memory segment of the shm backend
 	// (COBRE_SHM_NAME).
 	ShmName string
-	// SpinRead is how long a TCP read that finds no data polls the socket
-	// before parking (COBRE_TCP_SPIN_US, default 0: off). With one rank per
-	// process and a core to spare, 200 µs cuts small-collective latency by
-	// a quarter; ranks sharing a process or busy computing lose by it (see
-	// tcp.Config.SpinRead).
-	SpinRead time.Duration
+	// Spin is how long a rank polls its TCP links for a small frame before
+	// it parks (COBRE_TCP_SPIN_US, default 100 µs; 0 turns polling off).
+	// See star.Config.Spin.
+	Spin time.Duration
 	// Listening, if set, is called on rank 0 with the port it listens on
 	// (useful with Port 0) before it waits for workers.
 	Listening func(port int)
@@ -92,7 +91,7 @@ func DefaultConfig() Config {
 		Timeout:        60 * time.Second,
 		BindAddr:       "0.0.0.0",
 		ConnectTimeout: 30 * time.Second,
-		SpinRead:       tcp.DefaultConfig().SpinRead,
+		Spin:           star.DefaultConfig().Spin,
 	}
 }
 
@@ -146,8 +145,8 @@ func (c Config) Validate() error {
 		return &InvalidConfigurationError{Var: "Timeout", Value: c.Timeout.String(), Allowed: "must be positive"}
 	case c.ConnectTimeout <= 0:
 		return &InvalidConfigurationError{Var: "ConnectTimeout", Value: c.ConnectTimeout.String(), Allowed: "must be positive"}
-	case c.SpinRead < 0:
-		return &InvalidConfigurationError{Var: "SpinRead", Value: c.SpinRead.String(), Allowed: "must be zero (no polling) or positive"}
+	case c.Spin < 0:
+		return &InvalidConfigurationError{Var: "Spin", Value: c.Spin.String(), Allowed: "must be zero (no polling) or positive"}
 	case c.Rank > 0 && c.Size > 1 && c.Coordinator == "":
 		return &InvalidConfigurationError{Var: "Coordinator", Value: "", Allowed: "workers (rank > 0) need the coordinator's host"}
 	}
@@ -267,7 +266,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if _, ok := get(EnvSpinUS); ok {
 		if n, ok := integer(EnvSpinUS, 0, 1_000_000, "must be a number of microseconds in 0..1000000 (0: no polling)"); ok {
-			c.SpinRead = time.Duration(n) * time.Microsecond
+			c.Spin = time.Duration(n) * time.Microsecond
 		}
 	}
 	if len(errs) > 0 {

@@ -29,7 +29,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, 60*time.Second, cfg.Timeout)
 	assert.Equal(t, "0.0.0.0", cfg.BindAddr)
 	assert.Equal(t, 30*time.Second, cfg.ConnectTimeout)
-	assert.Equal(t, time.Duration(0), cfg.SpinRead)
+	assert.Equal(t, 100*time.Microsecond, cfg.Spin)
 	assert.Equal(t, "auto", cfg.Backend)
 }
 
@@ -42,7 +42,7 @@ func TestConfigAllVariables(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, starcomm.Config{Backend: "tcp", Coordinator: "10.0.0.1", Port: 4000, Rank: 0, Size: 8,
 		Timeout: 2500 * time.Millisecond, BindAddr: "127.0.0.1", ConnectTimeout: 1500 * time.Millisecond,
-		SpinRead: 150 * time.Microsecond}, cfg)
+		Spin: 150 * time.Microsecond}, cfg)
 }
 
 // TestConfigCoordinatorNeedsNoAddress: rank 0 with backend tcp does not

@@ -51,7 +51,6 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	tc.BindAddr = cfg.BindAddr
 	tc.Timeout = cfg.Timeout
 	tc.ConnectTimeout = cfg.ConnectTimeout
-	tc.SpinRead = cfg.SpinRead
 	if err := tc.Validate(); err != nil {
 		return nil, &comm.InitializationFailedError{Backend: BackendTCP, Err: err}
 	}
@@ -59,6 +58,10 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	sc.Rank, sc.Size = cfg.Rank, cfg.Size
 	sc.Timeout = cfg.Timeout
 	sc.ConnectTimeout = cfg.ConnectTimeout
+	sc.Spin = cfg.Spin
+	if sc.Spin == 0 {
+		sc.Spin = -1 // COBRE_TCP_SPIN_US=0: no polling
+	}
 	switch {
 	case cfg.Size == 1:
 	case cfg.Rank == 0:

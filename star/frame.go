@@ -264,10 +264,24 @@ type link struct {
 	// than a whole timeout of it remains (see arm).
 	rdl, wdl time.Time
 
-	whdr  [HeaderSize + 1]byte
-	rhdr  [HeaderSize]byte
-	wbufs [][]byte
-	parts [][]byte
+	whdr [HeaderSize + 1]byte
+	rhdr [HeaderSize]byte
+	// The frame being read (see beginRead): the tag expected, where its
+	// payload goes, how many header bytes have arrived, and how far into
+	// rparts the payload has got.
+	rwant  byte
+	rparts [][]byte
+	rhave  int
+	rpart  int
+	roff   int
+	// poller is conn's non-blocking I/O, when it has it.
+	poller transport.Poller
+	// wstage holds a small frame for a non-blocking write (see postFrame)
+	// and wrest what of it the write did not take.
+	wstage []byte
+	wrest  []byte
+	wbufs  [][]byte
+	parts  [][]byte
 	// wdirty is set when a write stopped mid-frame: the stream can no longer
 	// carry a well-formed frame, so no Abort is sent on it.
 	wdirty bool
@@ -276,6 +290,7 @@ type link struct {
 func newLink(peer int, conn transport.Conn, timeout time.Duration) *link {
 	l := &link{peer: peer, conn: conn, timeout: timeout, rtimeout: timeout}
 	l.bw, _ = conn.(transport.BuffersWriter)
+	l.poller, _ = conn.(transport.Poller)
 	return l
 }
 
@@ -422,46 +437,138 @@ func (l *link) readFull(p []byte) error {
 	return nil
 }
 
-// readHeader reads the next frame header. An EOF after part of the header is
-// io.ErrUnexpectedEOF; a clean EOF before it is io.EOF.
-func (l *link) readHeader() (payloadLen int, tag byte, err error) {
-	if err := l.readFull(l.rhdr[:]); err != nil {
-		return 0, 0, err
-	}
-	return ParseHeader(l.rhdr[:])
+// beginRead starts reading a frame that must have tag want and a payload of
+// exactly the bytes of parts (in order), which it fills. finishRead (which
+// waits) and pollRead (which does not) move it forward; both may be used,
+// in any order, on one frame.
+func (l *link) beginRead(want byte, parts [][]byte) {
+	// Copied into the link's own slice, so parts itself does not escape
+	// and a variadic call does not allocate.
+	l.rparts = append(l.rparts[:0], parts...)
+	l.rwant, l.rhave, l.rpart, l.roff = want, 0, 0, 0
 }
 
-// readFrame reads a frame that must have tag want and a payload of exactly
-// the bytes of parts (in order), which it fills. An Abort or Shutdown frame
-// is turned into its error; any other tag, or a length that differs, is
-// refused without reading the payload.
-func (l *link) readFrame(want byte, parts ...[]byte) error {
-	n, tag, err := l.readHeader()
+// checkHeader checks the header just read against the frame expected. An
+// Abort or Shutdown frame is turned into its error; any other tag, or a
+// length that differs, is refused without reading the payload.
+func (l *link) checkHeader() error {
+	n, tag, err := ParseHeader(l.rhdr[:])
 	if err == ErrZeroLength {
 		// LEN 0 leaves no room for the tag: a length mismatch like any
 		// other (spec table 5.3), reported as payload length -1.
 		err = nil
-		tag = want
+		tag = l.rwant
 	}
 	if err != nil {
 		return err
 	}
-	if tag != want {
-		return l.unexpected(tag, want, n)
+	if tag != l.rwant {
+		return l.unexpected(tag, l.rwant, n)
 	}
 	expected := 0
-	for _, p := range parts {
+	for _, p := range l.rparts {
 		expected += len(p)
 	}
 	if n != expected {
 		return &frameError{kind: "length", tag: tag, got: n, expected: expected}
 	}
-	for _, p := range parts {
-		if err := l.readFull(p); err != nil {
+	return nil
+}
+
+// finishRead reads the rest of the frame begun by beginRead, waiting for it
+// under the read timeout. An EOF before the frame's first byte is io.EOF;
+// after it, io.ErrUnexpectedEOF.
+func (l *link) finishRead() error {
+	if l.rhave < HeaderSize {
+		if err := l.readFull(l.rhdr[l.rhave:]); err != nil {
+			if l.rhave > 0 {
+				err = unexpectedEOF(err)
+			}
+			return err
+		}
+		l.rhave = HeaderSize
+		if err := l.checkHeader(); err != nil {
+			return err
+		}
+	}
+	for ; l.rpart < len(l.rparts); l.rpart, l.roff = l.rpart+1, 0 {
+		if err := l.readFull(l.rparts[l.rpart][l.roff:]); err != nil {
 			return unexpectedEOF(err)
 		}
 	}
+	l.endRead()
 	return nil
+}
+
+// endRead forgets the buffers of a completed frame, so the link does not
+// keep the caller's memory alive, and keeps the slice for the next one.
+func (l *link) endRead() {
+	clear(l.rparts)
+	l.rparts = l.rparts[:0]
+}
+
+// pollRead moves the frame begun by beginRead forward with what has already
+// arrived, without waiting (l.poller must be set). It reports whether the
+// frame is complete and how many bytes it took.
+func (l *link) pollRead() (done bool, got int, err error) {
+	for l.rhave < HeaderSize {
+		n, err := l.poller.ReadNow(l.rhdr[l.rhave:])
+		l.rhave += n
+		got += n
+		switch {
+		case err != nil:
+			if l.rhave > 0 {
+				err = unexpectedEOF(err)
+			}
+			return false, got, err
+		case n == 0:
+			return false, got, nil
+		case l.rhave == HeaderSize:
+			if err := l.checkHeader(); err != nil {
+				return false, got, err
+			}
+		}
+	}
+	for l.rpart < len(l.rparts) {
+		p := l.rparts[l.rpart][l.roff:]
+		if len(p) > 0 {
+			n, err := l.poller.ReadNow(p)
+			l.roff += n
+			got += n
+			if err != nil {
+				return false, got, unexpectedEOF(err)
+			}
+			if n < len(p) {
+				return false, got, nil
+			}
+		}
+		l.rpart, l.roff = l.rpart+1, 0
+	}
+	l.endRead()
+	return true, got, nil
+}
+
+// readFrame reads a frame that must have tag want and a payload of exactly
+// the bytes of parts (in order), which it fills, waiting under the read
+// timeout. An Abort or Shutdown frame is turned into its error; any other
+// tag, or a length that differs, is refused without reading the payload.
+func (l *link) readFrame(want byte, parts ...[]byte) error {
+	l.beginRead(want, parts)
+	return l.finishRead()
+}
+
+// awaitFrame is readFrame that first polls the link for up to spin without
+// progress (when its transport is a transport.Poller and spin > 0), and
+// parks only if the frame has not arrived by then.
+func (l *link) awaitFrame(spin time.Duration, want byte, parts ...[]byte) error {
+	l.beginRead(want, parts)
+	if l.poller != nil && spin > 0 {
+		done, _, err := pollLinks(spin, l.rtimeout, l)
+		if err != nil || done == 1 {
+			return err
+		}
+	}
+	return l.finishRead()
 }
 
 // unexpected turns a frame with the wrong tag into an error: Abort frames

@@ -33,13 +33,19 @@ type Comm struct {
 	opBytes []byte
 
 	// Coordinator: one goroutine per worker link serves the steps of each
-	// collective (see fan); the current collective's buffers are in op*.
+	// collective that it does not finish by polling (see gather, scatter);
+	// the current collective's buffers are in op*.
 	steps   []chan step // steps[r] feeds link r's goroutine
 	results chan linkResult
 	quit    chan struct{}
 	serving sync.WaitGroup
+	workers []*link  // links[1:], the coordinator's worker links
+	todo    []*link  // scratch: links a fan-in or fan-out still waits for
+	polled  bool     // every worker link can be polled and Spin > 0
+	opTag   byte     // scatter: the tag of the frame to send
+	opOut   [][]byte // scatter: its payload, in order
+	opOne   [1][]byte
 	opParts [][]byte // allgatherv regions in rank order
-	opBuf   []byte   // allreduce result / broadcast buffer
 	opIn    []byte   // allreduce: workers' contributions, (r-1)*n each
 	opN     int      // allreduce: bytes per contribution
 }
@@ -48,13 +54,9 @@ type Comm struct {
 type step uint8
 
 const (
-	stepReadAllgatherv step = iota
-	stepWriteAllgatherv
-	stepReadAllreduce
-	stepWriteAllreduce
-	stepWriteBroadcast
-	stepReadBarrier
-	stepWriteBarrier
+	stepFinishRead  step = iota // finish the frame begun with beginRead
+	stepWrite                   // write frame opTag with payload opOut
+	stepFinishWrite             // write what postFrame left
 )
 
 type linkResult struct {
@@ -65,21 +67,12 @@ type linkResult struct {
 // do performs step s on link l, with the buffers of the current collective.
 func (c *Comm) do(l *link, s step) error {
 	switch s {
-	case stepReadAllgatherv:
-		return l.readFrame(TagAllgathervSend, c.opParts[l.peer])
-	case stepWriteAllgatherv:
-		return l.writeFrame(TagAllgathervRecv, nil, c.opParts...)
-	case stepReadAllreduce:
-		r := l.peer
-		return l.readFrame(TagAllreduceSend, c.opBytes[r:r+1], c.opIn[(r-1)*c.opN:r*c.opN])
-	case stepWriteAllreduce:
-		return l.writeFrame(TagAllreduceRecv, nil, c.opBuf)
-	case stepWriteBroadcast:
-		return l.writeFrame(TagBroadcast, nil, c.opBuf)
-	case stepReadBarrier:
-		return l.readFrame(TagBarrierReady)
-	case stepWriteBarrier:
-		return l.writeFrame(TagBarrierGo, nil)
+	case stepFinishRead:
+		return l.finishRead()
+	case stepWrite:
+		return l.writeFrame(c.opTag, nil, c.opOut...)
+	case stepFinishWrite:
+		return l.finishWrite()
 	}
 	panic("star: unknown step")
 }
@@ -124,6 +117,12 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			return nil, &comm.InitializationFailedError{Backend: "star", Err: err}
 		}
 		c.links = links
+		c.workers = links[1:]
+		c.todo = make([]*link, 0, cfg.Size-1)
+		c.polled = cfg.Spin > 0
+		for _, l := range c.workers {
+			c.polled = c.polled && l.poller != nil
+		}
 		c.steps = make([]chan step, cfg.Size)
 		c.results = make(chan linkResult, cfg.Size)
 		c.quit = make(chan struct{})
@@ -411,27 +410,77 @@ func (c *Comm) run(ctx context.Context, op string, check func() error, body func
 	return nil
 }
 
-// fanIn runs step s on every worker link concurrently (each on its link's
-// goroutine). At the first failure it interrupts the other links (reads
-// are safe to cut), waits for all, and returns that failure as a
-// *linkError.
-func (c *Comm) fanIn(s step) error { return c.fan(s, true, -1) }
+// gather reads one frame from every worker link, each begun with
+// beginRead. With polling it first polls them all from this goroutine for
+// up to Spin; the links whose frames are not complete by then finish on
+// their own goroutines, concurrently, under the timeout. At the first
+// failure it interrupts the other links (reads are safe to cut), waits for
+// all, and returns that failure as a *linkError.
+func (c *Comm) gather(size int) error {
+	todo := append(c.todo[:0], c.workers...)
+	if c.polled && size <= pollMax {
+		done, bad, err := pollLinks(c.cfg.Spin, c.cfg.Timeout, todo...)
+		if err != nil {
+			return &linkError{peer: bad.peer, err: err}
+		}
+		todo = todo[done:]
+	}
+	return c.fan(stepFinishRead, true, todo)
+}
 
-// fanOut runs step s on every worker link except skip concurrently and
-// returns the first failure. Other links are left to finish: a worker that
-// gets the whole result has a correct result.
-func (c *Comm) fanOut(s step, skip int) error { return c.fan(s, false, skip) }
-
-func (c *Comm) fan(s step, cut bool, skip int) error {
+// scatter sends every worker link but skip a frame of tag with payload
+// parts. A small frame goes out from this goroutine as far as each link
+// takes it without waiting (with polling); the rest is written by the
+// links' goroutines, concurrently. It returns the first failure; other links
+// are left to finish, since a worker that gets the whole result has a
+// correct result.
+func (c *Comm) scatter(tag byte, parts [][]byte, skip int) error {
 	n := 0
-	for r := 1; r < c.size; r++ {
-		if r != skip {
-			c.steps[r] <- s
-			n++
+	for _, p := range parts {
+		n += len(p)
+	}
+	todo := c.todo[:0]
+	var first error
+	if c.polled && n <= pollMax {
+		for _, l := range c.workers {
+			if l.peer == skip {
+				continue
+			}
+			done, err := l.postFrame(tag, parts)
+			switch {
+			case err != nil:
+				if first == nil {
+					first = &linkError{peer: l.peer, err: err}
+				}
+			case !done:
+				todo = append(todo, l)
+			}
+		}
+		if err := c.fan(stepFinishWrite, false, todo); first == nil {
+			first = err
+		}
+		return first
+	}
+	for _, l := range c.workers {
+		if l.peer != skip {
+			todo = append(todo, l)
 		}
 	}
+	c.opTag, c.opOut = tag, parts
+	err := c.fan(stepWrite, false, todo)
+	c.opOut = nil
+	return err
+}
+
+// fan runs step s on each of links concurrently, each on its link's
+// goroutine, and returns the first failure as a *linkError. With cut, the
+// first failure interrupts the other links.
+func (c *Comm) fan(s step, cut bool, links []*link) error {
+	for _, l := range links {
+		c.steps[l.peer] <- s
+	}
 	var first error
-	for ; n > 0; n-- {
+	for range links {
 		res := <-c.results
 		if res.err != nil && first == nil {
 			first = &linkError{peer: res.peer, err: res.err}
@@ -481,7 +530,7 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 			if err := c.up.writeFrame(TagAllgathervSend, nil, send.Bytes); err != nil {
 				return &linkError{peer: 0, err: err}
 			}
-			if err := c.up.readFrame(TagAllgathervRecv, parts...); err != nil {
+			if err := c.up.awaitFrame(c.spin(total*send.Type.Size()), TagAllgathervRecv, parts...); err != nil {
 				return &linkError{peer: 0, err: err}
 			}
 			return nil
@@ -490,12 +539,25 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 		if c.size == 1 {
 			return nil
 		}
-		c.opParts = parts
-		if err := c.fanIn(stepReadAllgatherv); err != nil {
+		most := 0
+		for _, l := range c.workers {
+			l.beginRead(TagAllgathervSend, parts[l.peer:l.peer+1])
+			most = max(most, len(parts[l.peer]))
+		}
+		if err := c.gather(most); err != nil {
 			return err
 		}
-		return c.fanOut(stepWriteAllgatherv, -1)
+		return c.scatter(TagAllgathervRecv, parts, -1)
 	})
+}
+
+// spin is how long to poll for a frame of n payload bytes before parking:
+// Spin for small frames, 0 (no polling) for large ones.
+func (c *Comm) spin(n int) time.Duration {
+	if n > pollMax {
+		return 0
+	}
+	return c.cfg.Spin
 }
 
 // Allreduce reduces send across ranks into recv (spec section 3.2). Workers
@@ -514,7 +576,7 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 			if err := c.up.writeFrame(TagAllreduceSend, c.opBytes[:1], send.Bytes); err != nil {
 				return &linkError{peer: 0, err: err}
 			}
-			if err := c.up.readFrame(TagAllreduceRecv, recv.Bytes); err != nil {
+			if err := c.up.awaitFrame(c.spin(len(recv.Bytes)), TagAllreduceRecv, recv.Bytes); err != nil {
 				return &linkError{peer: 0, err: err}
 			}
 			return nil
@@ -525,7 +587,11 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 			return nil
 		}
 		c.opIn, c.opN = c.scratchBytes((c.size-1)*n), n
-		if err := c.fanIn(stepReadAllreduce); err != nil {
+		for _, l := range c.workers {
+			r := l.peer
+			l.beginRead(TagAllreduceSend, [][]byte{c.opBytes[r : r+1], c.opIn[(r-1)*n : r*n]})
+		}
+		if err := c.gather(n + 1); err != nil {
 			return err
 		}
 		for r := 1; r < c.size; r++ {
@@ -537,8 +603,8 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 		for r := 1; r < c.size; r++ {
 			comm.Reduce(send.Type, op, recv.Bytes, c.opIn[(r-1)*n:r*n])
 		}
-		c.opBuf = recv.Bytes
-		return c.fanOut(stepWriteAllreduce, -1)
+		c.opOne[0] = recv.Bytes
+		return c.scatter(TagAllreduceRecv, c.opOne[:], -1)
 	})
 }
 
@@ -571,18 +637,18 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 			}
 			return nil
 		case c.rank != 0:
-			if err := c.up.readFrame(TagBroadcast, buf.Bytes); err != nil {
+			if err := c.up.awaitFrame(c.spin(len(buf.Bytes)), TagBroadcast, buf.Bytes); err != nil {
 				return &linkError{peer: 0, err: err}
 			}
 			return nil
 		}
 		if root != 0 {
-			if err := c.links[root].readFrame(TagBroadcast, buf.Bytes); err != nil {
+			if err := c.links[root].awaitFrame(c.spin(len(buf.Bytes)), TagBroadcast, buf.Bytes); err != nil {
 				return &linkError{peer: root, err: err}
 			}
 		}
-		c.opBuf = buf.Bytes
-		return c.fanOut(stepWriteBroadcast, root)
+		c.opOne[0] = buf.Bytes
+		return c.scatter(TagBroadcast, c.opOne[:], root)
 	})
 }
 
@@ -598,14 +664,17 @@ func (c *Comm) Barrier(ctx context.Context) error {
 			if err := c.up.writeFrame(TagBarrierReady, nil); err != nil {
 				return &linkError{peer: 0, err: err}
 			}
-			if err := c.up.readFrame(TagBarrierGo); err != nil {
+			if err := c.up.awaitFrame(c.cfg.Spin, TagBarrierGo); err != nil {
 				return &linkError{peer: 0, err: err}
 			}
 			return nil
 		}
-		if err := c.fanIn(stepReadBarrier); err != nil {
+		for _, l := range c.workers {
+			l.beginRead(TagBarrierReady, nil)
+		}
+		if err := c.gather(0); err != nil {
 			return err
 		}
-		return c.fanOut(stepWriteBarrier, -1)
+		return c.scatter(TagBarrierGo, nil, -1)
 	})
 }

@@ -73,3 +73,23 @@ type DialerFunc func(ctx context.Context, addr string) (Conn, error)
 
 // Dial calls f.
 func (f DialerFunc) Dial(ctx context.Context, addr string) (Conn, error) { return f(ctx, addr) }
+
+// Poller is an optional ability of a Conn: I/O that never waits. Star uses
+// it, when present, to poll a few links from one goroutine for a short
+// while before it parks a goroutine on each: a message that arrives within
+// microseconds then costs no scheduler wake-up, which is most of a small
+// collective's latency. Deadlines that have already passed, and Close,
+// make ReadNow and WriteNow fail as Read and Write would.
+type Poller interface {
+	// ReadNow reads into p what has already arrived, without waiting. It
+	// returns n > 0 bytes, or 0 and a nil error when nothing has arrived
+	// yet, or 0 and io.EOF at the end of the stream, or another error.
+	ReadNow(p []byte) (n int, err error)
+	// WriteNow writes as much of p as the connection takes without
+	// waiting (possibly 0 bytes) and returns how much that was.
+	WriteNow(p []byte) (n int, err error)
+	// Yield gives the processor to other threads and processes once; a
+	// poller calls it between rounds of ReadNow that found nothing, so that
+	// the peer it waits for can run on a busy machine.
+	Yield()
+}

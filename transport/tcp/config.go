@@ -44,17 +44,6 @@ type Config struct {
 	// MaxBackoff caps the wait between connection attempts. It must be at
 	// least InitialBackoff. Default 2s.
 	MaxBackoff time.Duration
-	// SpinRead is how long a Read that finds no data polls the socket
-	// (yielding the CPU between polls) before it parks in the runtime's
-	// network poller. Parking and waking cost tens of microseconds, most of
-	// a small collective's latency; polling for a short while avoids it
-	// when the data is about to arrive, at the cost of CPU while waiting.
-	// Zero turns polling off. Linux only (elsewhere Reads always park).
-	// Default 0 (off): polling pays off only with one rank per process and
-	// a core to spare; ranks that share a process, or a rank whose process
-	// computes while it waits, lose more than they gain (measured: barrier
-	// 46 µs -> 434 µs with 4 ranks in one process on 2 cores).
-	SpinRead time.Duration
 }
 
 // DefaultConfig returns the default settings, the ones starcomm uses when
@@ -114,9 +103,6 @@ func (c Config) Validate() error {
 	}
 	if c.BufferSize < 0 || c.BufferSize > math.MaxInt32 {
 		bad("BufferSize", c.BufferSize, fmt.Sprintf("must be between 0 (the system default) and %d bytes", math.MaxInt32))
-	}
-	if c.SpinRead < 0 {
-		bad("SpinRead", c.SpinRead, "must be zero (no polling) or positive")
 	}
 	if c.InitialBackoff <= 0 {
 		bad("InitialBackoff", c.InitialBackoff, "must be positive")

@@ -4,7 +4,6 @@ import (
 	"net"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/starcomm/starcomm/transport"
 )
@@ -21,17 +20,23 @@ import (
 type Conn struct {
 	*net.TCPConn
 
-	// spin is how long Read polls the socket before parking (SpinRead);
-	// rc, poll and the sp* fields serve spinRead without allocating (rmu
-	// serialises spinning Reads, which share them).
-	spin  time.Duration
-	rc    syscall.RawConn
-	poll  func(fd uintptr) bool
-	rmu   sync.Mutex
-	sp    []byte
-	sn    int
-	serr  error
-	spEnd time.Time
+	// rc and the fields below serve ReadNow and WriteNow without
+	// allocating: readStep and writeStep are method values made once, and
+	// the arguments and results of a call pass through rp, rn, rerr (under
+	// rmu) and wp, wn, werr (under pwmu).
+	rc        syscall.RawConn
+	readStep  func(fd uintptr) bool
+	writeStep func(fd uintptr) bool
+	rmu       sync.Mutex
+	rp        []byte
+	rn        int
+	rerr      error
+	pwmu      sync.Mutex
+	wp        []byte
+	wn        int
+	werr      error
+	// yields counts Yield calls (one poller at a time calls Yield).
+	yields uint
 
 	// wmu serialises WriteBuffers, which reuses scratch and bufs.
 	wmu sync.Mutex
@@ -46,6 +51,7 @@ var (
 	_ transport.Conn          = (*Conn)(nil)
 	_ transport.BuffersWriter = (*Conn)(nil)
 	_ transport.CloseWriter   = (*Conn)(nil)
+	_ transport.Poller        = (*Conn)(nil)
 )
 
 // newConn applies cfg's per-connection options to tc and wraps it.
@@ -53,28 +59,13 @@ func newConn(tc *net.TCPConn, cfg Config) (*Conn, error) {
 	if err := configure(tc, cfg); err != nil {
 		return nil, err
 	}
-	c := &Conn{TCPConn: tc, spin: cfg.SpinRead}
-	if c.spin > 0 {
-		rc, err := tc.SyscallConn()
-		if err != nil {
-			return nil, err
-		}
-		c.rc = rc
-		c.poll = c.pollStep
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
+	c := &Conn{TCPConn: tc, rc: rc}
+	c.readStep, c.writeStep = c.readOnce, c.writeOnce
 	return c, nil
-}
-
-// Read reads into p. With Config.SpinRead set, a Read that finds no data
-// polls the socket for up to that long, yielding the CPU between polls,
-// before it parks in the runtime's network poller: a small message then
-// costs no scheduler wake-up, which is most of a small collective's latency.
-// Errors are those of *net.TCPConn.
-func (c *Conn) Read(p []byte) (int, error) {
-	if c.rc == nil || len(p) == 0 {
-		return c.TCPConn.Read(p)
-	}
-	return c.spinRead(p)
 }
 
 // WriteBuffers writes the buffers in order as one gathered write (writev on

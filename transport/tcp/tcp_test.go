@@ -135,16 +135,8 @@ func roundTrip(t *testing.T, a, b transport.Conn) {
 }
 
 func TestConformance(t *testing.T) {
-	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
-		t.Run(fmt.Sprintf("spin=%v", spin), func(t *testing.T) { conformance(t, spin) })
-	}
-}
-
-// conformance runs the driver suite with Reads that poll for spin first.
-func conformance(t *testing.T, spin time.Duration) {
 	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
 		cfg := testConfig()
-		cfg.SpinRead = spin
 		cfg.ConnectTimeout = 300 * time.Millisecond // the refused dial retries this long
 		return transporttest.Harness{
 			Listen: func() (transport.Listener, error) {

@@ -1,0 +1,91 @@
+package star
+
+import "time"
+
+// pollMax is the largest frame payload, in bytes, that is polled for or
+// written without waiting. Larger frames take long enough on the wire that
+// a goroutine per link, parked in the network poller, loses nothing, and
+// polling them would spend a core that the copies need.
+const pollMax = 256 << 10
+
+// pollLinks polls the frames begun on links (see beginRead) in turn, from
+// this goroutine and without waiting, until every one is complete, one
+// fails, none has moved for spin, or limit has passed in all. Every link
+// must have a poller. It moves the complete links to the front of links and
+// returns how many there are, or the first failure and its link. Between
+// rounds that found nothing it yields the processor, so that the peers it
+// waits for can run on a busy host.
+func pollLinks(spin, limit time.Duration, links ...*link) (done int, bad *link, err error) {
+	start := time.Now()
+	last := start
+	for {
+		moved := false
+		for i := done; i < len(links); i++ {
+			l := links[i]
+			complete, n, err := l.pollRead()
+			if err != nil {
+				return done, l, err
+			}
+			moved = moved || n > 0
+			if complete {
+				links[i], links[done] = links[done], l
+				done++
+			}
+		}
+		if done == len(links) {
+			return done, nil, nil
+		}
+		now := time.Now()
+		switch {
+		case now.Sub(start) >= limit:
+			return done, nil, nil
+		case moved:
+			last = now
+		case now.Sub(last) >= spin:
+			return done, nil, nil
+		default:
+			links[done].poller.Yield()
+		}
+	}
+}
+
+// postFrame writes a frame of tag whose payload is parts, in order, as far
+// as the link takes it without waiting (l.poller must be set); it reports
+// whether the whole frame went. What did not go is in l.wrest, for
+// finishWrite. The frame is staged in l.wstage, so it should be small.
+func (l *link) postFrame(tag byte, parts [][]byte) (bool, error) {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	var h [HeaderSize]byte
+	PutHeader(h[:], tag, n)
+	stage := append(l.wstage[:0], h[:]...)
+	for _, p := range parts {
+		stage = append(stage, p...)
+	}
+	l.wstage = stage
+	l.wdirty = true
+	k, err := l.poller.WriteNow(stage)
+	if err != nil {
+		return false, writeErr(err)
+	}
+	l.wrest = stage[k:]
+	if len(l.wrest) > 0 {
+		return false, nil
+	}
+	l.wrest = nil
+	l.wdirty = false
+	return true, nil
+}
+
+// finishWrite writes what postFrame left in l.wrest, waiting under the
+// write timeout.
+func (l *link) finishWrite() error {
+	if err := l.writeAll(l.wrest, nil); err != nil {
+		return err
+	}
+	l.wrest = nil
+	l.wdirty = false
+	return nil
+}

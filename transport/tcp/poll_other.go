@@ -1,0 +1,15 @@
+//go:build !unix
+
+package tcp
+
+// ReadNow implements transport.Poller where non-blocking reads are not
+// implemented: it reports that nothing has arrived, so a poller falls back
+// to Read once its polling time is up.
+func (c *Conn) ReadNow(p []byte) (int, error) { return 0, nil }
+
+// WriteNow implements transport.Poller where non-blocking writes are not
+// implemented: it writes nothing, so a poller falls back to Write.
+func (c *Conn) WriteNow(p []byte) (int, error) { return 0, nil }
+
+func (c *Conn) readOnce(uintptr) bool  { return true }
+func (c *Conn) writeOnce(uintptr) bool { return true }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -212,7 +213,8 @@ func freePort() (int, error) {
 }
 
 // rankEnv returns the environment of rank r of n: base without the
-// variables starbench sets, followed by them.
+// variables starbench sets, followed by them. Unless base sets GOMAXPROCS,
+// each rank gets GOMAXPROCS = max(1, CPUs / n) (see ranks.GoMaxProcs).
 func rankEnv(base []string, n, r, port int, timeout float64) []string {
 	set := []string{
 		starcomm.EnvBackend + "=" + starcomm.BackendTCP,
@@ -224,6 +226,9 @@ func rankEnv(base []string, n, r, port int, timeout float64) []string {
 	}
 	if timeout > 0 {
 		set = append(set, starcomm.EnvTimeoutSecs+"="+strconv.FormatFloat(timeout, 'g', -1, 64))
+	}
+	if kv, ok := ranks.GoMaxProcs(base, n, runtime.NumCPU()); ok {
+		set = append(set, kv)
 	}
 	return ranks.Env(base, set...)
 }

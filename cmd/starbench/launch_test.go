@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -164,7 +166,11 @@ func TestRankEnv(t *testing.T) {
 		"PATH=/bin", "COBRE_TCP_CONNECT_TIMEOUT_MS=500", "COBRE_TCP_TIMEOUT_SECS=9",
 		"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_BIND_ADDR=127.0.0.1",
 		"COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=2", "COBRE_TCP_SIZE=4",
-	}, env, "without --timeout the inherited timeout passes through")
+		fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/4)),
+	}, env, "without --timeout the inherited timeout passes through; GOMAXPROCS shares the CPUs")
+	env = rankEnv(append(base, "GOMAXPROCS=3"), 4, 2, 4242, 0)
+	assert.Contains(t, env, "GOMAXPROCS=3", "the user's GOMAXPROCS passes through")
+	assert.Len(t, env, 10, "and no other GOMAXPROCS is added")
 	env = rankEnv(base, 4, 2, 4242, 0.5)
 	assert.Contains(t, env, "COBRE_TCP_TIMEOUT_SECS=0.5")
 	assert.NotContains(t, env, "COBRE_TCP_TIMEOUT_SECS=9")

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -412,6 +413,7 @@ func TestCommandNotFound(t *testing.T) {
 func TestRankEnv(t *testing.T) {
 	t.Parallel()
 	base := []string{"PATH=/bin", "COBRE_TCP_RANK=7", "COBRE_TCP_TIMEOUT_SECS=9", "COBRE_TCP_BIND_ADDR=1.2.3.4"}
+	procs := fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/3))
 	tests := []struct {
 		name string
 		cfg  config
@@ -422,6 +424,7 @@ func TestRankEnv(t *testing.T) {
 			want: []string{
 				"PATH=/bin", "COBRE_TCP_TIMEOUT_SECS=9", "COBRE_TCP_BIND_ADDR=1.2.3.4",
 				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
+				procs,
 			},
 		},
 		{
@@ -430,6 +433,7 @@ func TestRankEnv(t *testing.T) {
 				"PATH=/bin",
 				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
 				"COBRE_TCP_TIMEOUT_SECS=5", "COBRE_TCP_BIND_ADDR=0.0.0.0",
+				procs,
 			},
 		},
 	}
@@ -439,5 +443,10 @@ func TestRankEnv(t *testing.T) {
 				t.Errorf("rankEnv = %q, want %q", got, tt.want)
 			}
 		})
+	}
+	// A GOMAXPROCS of the user's own passes through unchanged.
+	got := rankEnv([]string{"GOMAXPROCS=7"}, config{n: 3}, 4242, 1)
+	if !slices.Contains(got, "GOMAXPROCS=7") || slices.Contains(got, procs) {
+		t.Errorf("rankEnv with GOMAXPROCS=7 inherited = %q, want it kept and no other GOMAXPROCS", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 
@@ -29,7 +30,8 @@ type exitEvent struct {
 }
 
 // rankEnv returns the environment of rank r: base without the variables
-// starrun sets, followed by those variables.
+// starrun sets, followed by those variables. Unless base sets GOMAXPROCS,
+// each rank gets GOMAXPROCS = max(1, CPUs / ranks) (see ranks.GoMaxProcs).
 func rankEnv(base []string, cfg config, port, r int) []string {
 	set := []string{
 		"COBRE_COMM_BACKEND=tcp",
@@ -43,6 +45,9 @@ func rankEnv(base []string, cfg config, port, r int) []string {
 	}
 	if cfg.bind != "" {
 		set = append(set, "COBRE_TCP_BIND_ADDR="+cfg.bind)
+	}
+	if kv, ok := ranks.GoMaxProcs(base, cfg.n, runtime.NumCPU()); ok {
+		set = append(set, kv)
 	}
 	return ranks.Env(base, set...)
 }

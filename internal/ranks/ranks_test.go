@@ -34,3 +34,25 @@ func TestSyncWriterKeepsLinesWhole(t *testing.T) {
 		require.Regexp(t, `^\[\d\] x{100}$`, l)
 	}
 }
+
+func TestGoMaxProcs(t *testing.T) {
+	for _, tc := range []struct {
+		base    []string
+		n, cpus int
+		want    string
+		wantSet bool
+	}{
+		{nil, 4, 2, "GOMAXPROCS=1", true},
+		{nil, 2, 8, "GOMAXPROCS=4", true},
+		{nil, 3, 8, "GOMAXPROCS=2", true},
+		{nil, 1, 8, "GOMAXPROCS=8", true},
+		{nil, 16, 8, "GOMAXPROCS=1", true},
+		{[]string{"HOME=/root", "GOMAXPROCS=3"}, 4, 2, "", false},
+		{[]string{"GOMAXPROCSX=3"}, 4, 2, "GOMAXPROCS=1", true},
+	} {
+		got, set := GoMaxProcs(tc.base, tc.n, tc.cpus)
+		if got != tc.want || set != tc.wantSet {
+			t.Errorf("GoMaxProcs(%q, n=%d, cpus=%d) = %q, %v; want %q, %v", tc.base, tc.n, tc.cpus, got, set, tc.want, tc.wantSet)
+		}
+	}
+}

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # compare-mpi.sh: run the standard workloads (DESIGN.md section 7) on
 # starcomm (cmd/starbench) and on Open MPI (bench/mpi_bench.c) on this host
-# and print one table: workload, starcomm median, MPI median, ratio.
+# and print one table: workload, the medians of starcomm, of the raw relay
+# (starbench --raw: the same bytes through the same sockets via rank 0, no
+# framing, checks or polling) and of MPI, and the ratios starcomm/raw and
+# starcomm/MPI.
 #
 # Usage (from anywhere):
 #   bash bench/compare-mpi.sh
@@ -110,6 +113,10 @@ echo "compare-mpi.sh: starcomm: starbench -n $RANKS --json --repeats-scale $REPE
 (cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --json --repeats-scale "$REPEATS_SCALE") \
 	>"$tmp/star.json" || die "starbench failed (exit $?); see the messages above"
 
+echo "compare-mpi.sh: raw relay: starbench -n $RANKS --raw --json --repeats-scale $REPEATS_SCALE" >&2
+(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --raw --json --repeats-scale "$REPEATS_SCALE") \
+	>"$tmp/raw.json" || die "starbench --raw failed (exit $?); see the messages above"
+
 echo "compare-mpi.sh: MPI: mpirun ${mpirun_args[*]} mpi_bench $REPEATS_SCALE" >&2
 mpirun "${mpirun_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" >"$tmp/mpi.txt" ||
 	die "mpirun mpi_bench failed (exit $?); see the messages above"
@@ -118,12 +125,16 @@ mpirun "${mpirun_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" >"$tmp/mpi.txt" ||
 
 # starbench's JSON: one "key": value per pair; split on , { } [ ] so each
 # pair is on its own line whatever the indentation.
-tr ',{}[]' '\n\n\n\n\n' <"$tmp/star.json" |
-	awk '
-		/"workload"[ \t]*:/ { v = $0; sub(/^[^:]*:[ \t]*"/, "", v); sub(/".*$/, "", v); name = v }
-		/"median_ns"[ \t]*:/ { v = $0; sub(/^[^:]*:[ \t]*/, "", v); gsub(/[ \t\r]/, "", v); print name, v }
-	' >"$tmp/star.txt"
-[[ -s $tmp/star.txt ]] || die "no results in starbench's output: $(head -c 500 "$tmp/star.json")"
+medians() {
+	tr ',{}[]' '\n\n\n\n\n' <"$1" |
+		awk '
+			/"workload"[ \t]*:/ { v = $0; sub(/^[^:]*:[ \t]*"/, "", v); sub(/".*$/, "", v); name = v }
+			/"median_ns"[ \t]*:/ { v = $0; sub(/^[^:]*:[ \t]*/, "", v); gsub(/[ \t\r]/, "", v); print name, v }
+		' >"$2"
+	[[ -s $2 ]] || die "no results in starbench's output: $(head -c 500 "$1")"
+}
+medians "$tmp/star.json" "$tmp/star.txt"
+medians "$tmp/raw.json" "$tmp/raw.txt"
 grep -v '^#' "$tmp/mpi.txt" >"$tmp/mpi.res" || die "no results in mpi_bench's output: $(head -c 500 "$tmp/mpi.txt")"
 
 mpi_lib=$(sed -n 's/^# mpi_bench .*library=//p' "$tmp/mpi.txt")
@@ -137,23 +148,27 @@ awk '
 		if (ns < 1e9) return sprintf("%.2f ms", ns / 1e6)
 		return sprintf("%.3f s", ns / 1e9)
 	}
-	NR == FNR { mpi[$1] = $2; next }
+	FILENAME == ARGV[1] { mpi[$1] = $2; next }
+	FILENAME == ARGV[2] { raw[$1] = $2; next }
 	{ order[++n] = $1; star[$1] = $2; seen[$1] = 1 }
 	# right-align s in width columns; "µ" is one column but two bytes
 	# to a byte-counting awk (mawk), so widen by length("µ") - 1
 	function pad(s, width) {
 		return sprintf("%" (width + (index(s, "µ") > 0) * (length("µ") - 1)) "s", s)
 	}
-	function row(w, a, b, r) {
-		printf "%-17s %s %s %s\n", w, pad(a, 12), pad(b, 12), pad(r, 13)
+	function ratio(a, b) {
+		return (b > 0) ? sprintf("%.2f", a / b) : "-"
+	}
+	function row(w, s, r, m, sr, sm) {
+		printf "%-17s %s %s %s %s %s\n", w, pad(s, 11), pad(r, 11), pad(m, 11), pad(sr, 13), pad(sm, 13)
 	}
 	END {
-		row("workload", "starcomm", "MPI", "starcomm/MPI")
+		row("workload", "starcomm", "raw relay", "MPI", "starcomm/raw", "starcomm/MPI")
 		for (i = 1; i <= n; i++) {
 			w = order[i]
-			ratio = (w in mpi && mpi[w] > 0) ? sprintf("%.2f", star[w] / mpi[w]) : "-"
-			row(w, human(star[w]), human(w in mpi ? mpi[w] : ""), ratio)
+			row(w, human(star[w]), human(w in raw ? raw[w] : ""), human(w in mpi ? mpi[w] : ""),
+				ratio(star[w], raw[w]), ratio(star[w], mpi[w]))
 		}
-		for (w in mpi) if (!(w in seen)) row(w, "-", human(mpi[w]), "-")
+		for (w in mpi) if (!(w in seen)) row(w, "-", "-", human(mpi[w]), "-", "-")
 	}
-' "$tmp/mpi.res" "$tmp/star.txt"
+' "$tmp/mpi.res" "$tmp/raw.txt" "$tmp/star.txt"

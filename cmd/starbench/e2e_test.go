@@ -84,4 +84,17 @@ func TestEndToEnd(t *testing.T) {
 		`workload +ranks +bytes/rank +repeats +median +algbw\n`+
 		`broadcast-10KB +1 +10 KiB +10 +\S+ \S+s +\S+ \S+/s\n`+
 		`# rank 0 \(coordinator\) peak RSS: \d+(\.\d)? \S+\n$`, stdout)
+
+	// The raw relay runs every workload, verified as starcomm's are, at
+	// R = 3 (a broadcast root that is a worker, a worker that only reads).
+	stdout, stderr = starbench("-n", "3", "--raw", "--repeats-scale", "0.05", "--json")
+	assert.Empty(t, stderr)
+	doc.Results = nil
+	require.NoError(t, json.Unmarshal([]byte(stdout), &doc), "stdout:\n%s", stdout)
+	assert.Equal(t, "raw relay over tcp", doc.Backend)
+	assert.Equal(t, 3, doc.Ranks)
+	require.Len(t, doc.Results, len(standardWorkloads()))
+	for _, r := range doc.Results {
+		assert.Positive(t, r.MedianNS, r.Workload)
+	}
 }

@@ -24,7 +24,7 @@ const (
 const maxRepeatsScale = 1000
 
 // synopsis is the one-line usage shown with every usage error.
-const synopsis = "usage: starbench [-n N] [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S]"
+const synopsis = "usage: starbench [-n N] [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S] [--raw]"
 
 // options is one validated starbench command line.
 type options struct {
@@ -33,6 +33,7 @@ type options struct {
 	scale     float64    // repeats multiplier, > 0
 	json      bool       // print JSON instead of the table
 	timeout   float64    // collective timeout in seconds; 0: not given
+	raw       bool       // run over the raw relay (rawComm), not starcomm
 }
 
 // flagValues are the raw flag values before validation.
@@ -42,6 +43,7 @@ type flagValues struct {
 	scale     float64
 	json      bool
 	timeout   float64
+	raw       bool
 }
 
 // newFlagSet returns starbench's flag set, silent so the caller decides
@@ -54,6 +56,7 @@ func newFlagSet(v *flagValues) *flag.FlagSet {
 	fs.Float64Var(&v.scale, "repeats-scale", 1, "multiply every workload's repetitions by F (> 0, at most 1000; at least 1 repetition runs)")
 	fs.BoolVar(&v.json, "json", false, "print one JSON document instead of the table")
 	fs.Float64Var(&v.timeout, "timeout", 0, "collective timeout in seconds (> 0), passed to the ranks as COBRE_TCP_TIMEOUT_SECS (default: the library's 60 s)")
+	fs.BoolVar(&v.raw, "raw", false, "run the workloads over a minimal relay instead of starcomm: the same bytes through the same TCP sockets via rank 0, with no framing, checks, timeouts or polling (the lower bound of a star; a baseline, not for use)")
 	return fs
 }
 
@@ -92,7 +95,7 @@ func parseArgs(args []string) (options, error) {
 	if err != nil {
 		return options{}, err
 	}
-	return options{n: v.n, workloads: ws, scale: v.scale, json: v.json, timeout: v.timeout}, nil
+	return options{n: v.n, workloads: ws, scale: v.scale, json: v.json, timeout: v.timeout, raw: v.raw}, nil
 }
 
 // rankArgs returns the command line a rank started by starbench -n gets:
@@ -106,6 +109,9 @@ func rankArgs(o options) []string {
 	args := []string{"--workloads", strings.Join(names, ","), "--repeats-scale", strconv.FormatFloat(o.scale, 'g', -1, 64)}
 	if o.json {
 		args = append(args, "--json")
+	}
+	if o.raw {
+		args = append(args, "--raw")
 	}
 	return args
 }

@@ -45,6 +45,15 @@ func TestParseArgs(t *testing.T) {
 	assert.Equal(t, o.json, back.json)
 	require.Len(t, back.workloads, 2)
 	assert.Equal(t, "barrier", back.workloads[0].name)
+	assert.False(t, back.raw)
+
+	// --raw reaches the ranks.
+	o, err = parseArgs([]string{"-n", "2", "--raw"})
+	require.NoError(t, err)
+	assert.True(t, o.raw)
+	back, err = parseArgs(rankArgs(o))
+	require.NoError(t, err)
+	assert.True(t, back.raw)
 }
 
 func TestParseArgsUsageErrors(t *testing.T) {

@@ -73,7 +73,12 @@ func runRank(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	if o.timeout > 0 {
 		cfg.Timeout = time.Duration(o.timeout * float64(time.Second))
 	}
-	c, err := starcomm.New(ctx, cfg)
+	var c comm.Communicator
+	if o.raw {
+		c, err = newRaw(ctx, cfg)
+	} else {
+		c, err = starcomm.New(ctx, cfg)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "starbench: rank %d: %v\n", cfg.Rank, err)
 		return exitFailure
@@ -98,7 +103,7 @@ func runRank(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		GOOS:         runtime.GOOS,
 		GOARCH:       runtime.GOARCH,
 		CPUs:         runtime.NumCPU(),
-		Backend:      backendName(cfg),
+		Backend:      backendName(cfg, o.raw),
 		Ranks:        c.Size(),
 		RepeatsScale: o.scale,
 		PeakRSS:      peakRSS(),
@@ -126,7 +131,10 @@ func failureCode(rank int, err error) int {
 }
 
 // backendName is the backend cfg selects (what "auto" resolves to).
-func backendName(cfg starcomm.Config) string {
+func backendName(cfg starcomm.Config, raw bool) string {
+	if raw {
+		return "raw relay over tcp"
+	}
 	b := strings.ToLower(strings.TrimSpace(cfg.Backend))
 	if b != "" && b != starcomm.BackendAuto {
 		return b

@@ -61,6 +61,25 @@
 // Rank is N, not after the timeout. A peer that only knows the spec sees an
 // unexpected tag and fails too.
 //
+// # Polling
+//
+// Over a transport that is a transport.Poller (TCP), a rank polls for a
+// small frame (a payload of at most 256 KiB) for up to Config.Spin before
+// it parks a goroutine in the runtime's network poller: the coordinator
+// reads every worker link in turn from the goroutine of the collective, a
+// worker its link to the coordinator, and the coordinator writes small
+// frames to every worker from that goroutine as far as the socket takes
+// them without waiting. Between rounds that found nothing it yields the
+// processor (sched_yield), so that on a host with more ranks than cores the
+// peer it waits for gets to run. Whatever has not arrived or gone out when
+// polling ends (Spin without progress, or Timeout in all) is finished by
+// the link's own goroutine under the timeout, exactly as without polling:
+// a frame may be split between the two at any byte. Failures found while
+// polling (EOF, reset, a bad header, a passed deadline, a cancelled
+// context) are reported as they would be otherwise. Large frames are not
+// polled for: they take long enough on the wire that parking loses
+// nothing, and polling would take a core from the copies.
+//
 // # Timeouts and failure
 //
 // Config.Timeout bounds every read and write (each call moves at most 4

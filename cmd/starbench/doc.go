@@ -5,14 +5,16 @@
 //
 // Usage:
 //
-//	starbench -n N [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S]
-//	starrun -n N -- starbench [--workloads NAME,...] [--repeats-scale F] [--json]
+//	starbench -n N [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S] [--raw]
+//	starrun -n N -- starbench [--workloads NAME,...] [--repeats-scale F] [--json] [--raw]
 //
 // With -n, starbench starts N ranks of its own executable as child
 // processes, wired over TCP on 127.0.0.1 to a free port through the COBRE_*
 // variables (COBRE_COMM_BACKEND=tcp, COBRE_TCP_COORDINATOR=127.0.0.1,
 // COBRE_TCP_BIND_ADDR=127.0.0.1, COBRE_TCP_PORT, COBRE_TCP_RANK,
-// COBRE_TCP_SIZE, and COBRE_TCP_TIMEOUT_SECS with --timeout). Rank 0's
+// COBRE_TCP_SIZE, and COBRE_TCP_TIMEOUT_SECS with --timeout), and, unless
+// starbench's environment sets it, GOMAXPROCS=max(1, CPUs/N) as starrun
+// does. Rank 0's
 // standard output (the results) is printed as is; every other line the
 // ranks write goes to standard error prefixed with "[r] ". Each rank runs in
 // its own process group and, on Linux, dies with starbench (parent-death
@@ -36,6 +38,15 @@
 //	                   at least 1 timed repetition (e.g. 0.25 for a quick run)
 //	--json             print one JSON document instead of the table
 //	--timeout S        collective timeout in seconds (> 0; default 60)
+//	--raw              run over the raw relay instead of starcomm (see below)
+//
+// With --raw the same workloads run, verified the same way, over a minimal
+// relay instead of starcomm: the same TCP sockets (the tcp driver, the same
+// options), the same bytes through rank 0, with a goroutine per worker link
+// on rank 0, and no frame headers, checks, timeouts or polling. It is the
+// lower bound of a star on the host, the baseline bench/compare-mpi.sh
+// prints beside starcomm and MPI; it is not a communicator to use (a
+// failure hangs it).
 //
 // Exit status: 0 on success; 1 when a rank failed (collective error,
 // verification failure) or could not start; 2 for a usage error, with a

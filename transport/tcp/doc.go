@@ -67,6 +67,8 @@
 // errors.Is(err, os.ErrDeadlineExceeded), a reset syscall.ECONNRESET, an
 // orderly close by the peer io.EOF. A *Conn also implements
 // transport.BuffersWriter (WriteBuffers sends a header and its payload in one
-// writev, without allocating and without modifying the caller's slices) and
-// transport.CloseWriter (TCP half-close).
+// writev, without allocating and without modifying the caller's slices),
+// transport.CloseWriter (TCP half-close) and transport.Poller (ReadNow and
+// WriteNow: one non-blocking read(2) or write(2) on the socket; Yield:
+// sched_yield on Linux), without allocating.
 package tcp

@@ -63,22 +63,29 @@ func TestReadNow(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if err := pollUntilError(t, b); !errors.Is(err, io.EOF) {
+		t.Fatalf("ReadNow after the peer closed: %v, want io.EOF", err)
+	}
+}
+
+// pollUntilError polls c with ReadNow, expecting no data, until it fails,
+// and returns the error; it fails the test at the watchdog.
+func pollUntilError(t *testing.T, c *Conn) error {
+	t.Helper()
+	buf := make([]byte, 1)
 	stop := time.Now().Add(watchdog)
 	for {
-		n, err := b.ReadNow(got)
-		if err != nil {
-			if n != 0 || !errors.Is(err, io.EOF) {
-				t.Fatalf("ReadNow after the peer closed = %d, %v; want 0, io.EOF", n, err)
-			}
-			break
-		}
+		n, err := c.ReadNow(buf)
 		if n != 0 {
 			t.Fatalf("ReadNow read %d bytes the peer never sent", n)
 		}
-		if time.Now().After(stop) {
-			t.Fatal("hang: ReadNow never saw the peer's close")
+		if err != nil {
+			return err
 		}
-		b.Yield()
+		if time.Now().After(stop) {
+			t.Fatal("hang: ReadNow never saw the peer go")
+		}
+		c.Yield()
 	}
 }
 
@@ -108,22 +115,8 @@ func TestReadNowReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Close() // linger 0: the close sends RST
-	stop := time.Now().Add(watchdog)
-	for {
-		n, err := b.ReadNow(make([]byte, 1))
-		if err != nil {
-			if !errors.Is(err, syscall.ECONNRESET) {
-				t.Fatalf("ReadNow after a reset: %v, want syscall.ECONNRESET", err)
-			}
-			return
-		}
-		if n != 0 {
-			t.Fatalf("ReadNow read %d bytes the peer never sent", n)
-		}
-		if time.Now().After(stop) {
-			t.Fatal("hang: ReadNow never saw the reset")
-		}
-		b.Yield()
+	if err := pollUntilError(t, b); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("ReadNow after a reset: %v, want syscall.ECONNRESET", err)
 	}
 }
 

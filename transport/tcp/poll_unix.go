@@ -23,19 +23,11 @@ func (c *Conn) ReadNow(p []byte) (int, error) {
 	defer c.rmu.Unlock()
 	c.rp = p
 	err := c.rc.Read(c.readStep)
-	n, errno := c.rn, c.rerr
 	c.rp = nil
-	switch {
-	case err != nil:
-		return 0, err
-	case errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK:
-		return 0, nil
-	case errno != nil:
-		return 0, c.opError("read", errno)
-	case n == 0:
-		return 0, io.EOF
+	if err == nil && c.rerr == nil && c.rn == 0 {
+		return 0, io.EOF // read(2) returned 0: the peer closed
 	}
-	return n, nil
+	return c.nowResult("read", c.rn, c.rerr, err)
 }
 
 // WriteNow implements transport.Poller: it writes as much of p as the
@@ -50,41 +42,46 @@ func (c *Conn) WriteNow(p []byte) (int, error) {
 	defer c.pwmu.Unlock()
 	c.wp = p
 	err := c.rc.Write(c.writeStep)
-	n, errno := c.wn, c.werr
 	c.wp = nil
+	return c.nowResult("write", c.wn, c.werr, err)
+}
+
+// nowResult turns the outcome of one non-blocking system call into
+// ReadNow's and WriteNow's results: err from RawConn (a passed deadline, a
+// closed Conn) as it is, EAGAIN as 0 bytes and no error, another errno
+// wrapped as *net.TCPConn's methods wrap it.
+func (c *Conn) nowResult(op string, n int, errno, err error) (int, error) {
 	switch {
 	case err != nil:
 		return 0, err
 	case errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK:
 		return 0, nil
 	case errno != nil:
-		return 0, c.opError("write", errno)
+		return 0, c.opError(op, errno)
 	}
 	return n, nil
 }
 
 // readOnce is what ReadNow hands to RawConn.Read: one read, never parking.
 func (c *Conn) readOnce(fd uintptr) bool {
-	for {
-		n, err := syscall.Read(int(fd), c.rp)
-		if err == syscall.EINTR {
-			continue
-		}
-		c.rn, c.rerr = max(n, 0), err
-		return true
-	}
+	c.rn, c.rerr = once(syscall.Read, fd, c.rp)
+	return true
 }
 
 // writeOnce is what WriteNow hands to RawConn.Write: one write, never
 // parking.
 func (c *Conn) writeOnce(fd uintptr) bool {
+	c.wn, c.werr = once(syscall.Write, fd, c.wp)
+	return true
+}
+
+// once makes one read(2) or write(2), again if a signal interrupted it.
+func once(sys func(int, []byte) (int, error), fd uintptr, p []byte) (int, error) {
 	for {
-		n, err := syscall.Write(int(fd), c.wp)
-		if err == syscall.EINTR {
-			continue
+		n, err := sys(int(fd), p)
+		if err != syscall.EINTR {
+			return max(n, 0), err
 		}
-		c.wn, c.werr = max(n, 0), err
-		return true
 	}
 }
 

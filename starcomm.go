@@ -59,8 +59,8 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	sc.Timeout = cfg.Timeout
 	sc.ConnectTimeout = cfg.ConnectTimeout
 	sc.Spin = cfg.Spin
-	if sc.Spin == 0 {
-		sc.Spin = -1 // COBRE_TCP_SPIN_US=0: no polling
+	if sc.Spin == 0 || !tcp.CanPoll {
+		sc.Spin = -1 // COBRE_TCP_SPIN_US=0, or sockets that cannot be polled here
 	}
 	switch {
 	case cfg.Size == 1:

@@ -90,3 +90,8 @@ func once(sys func(int, []byte) (int, error), fd uintptr, p []byte) (int, error)
 func (c *Conn) opError(op string, errno error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
 }
+
+// CanPoll reports whether ReadNow and WriteNow really poll the socket on
+// this system. Where they do not (outside Unix), they report that nothing
+// has arrived and nothing went, and a poller should not poll at all.
+const CanPoll = true

@@ -276,12 +276,11 @@ type link struct {
 	roff   int
 	// poller is conn's non-blocking I/O, when it has it.
 	poller transport.Poller
-	// wstage holds a small frame for a non-blocking write (see postFrame)
-	// and wrest what of it the write did not take.
-	wstage []byte
-	wrest  []byte
-	wbufs  [][]byte
-	parts  [][]byte
+	// wrest is what a non-blocking write of a small frame did not take
+	// (see postFrame).
+	wrest []byte
+	wbufs [][]byte
+	parts [][]byte
 	// wdirty is set when a write stopped mid-frame: the stream can no longer
 	// carry a well-formed frame, so no Abort is sent on it.
 	wdirty bool

@@ -49,28 +49,34 @@ func pollLinks(spin, limit time.Duration, links ...*link) (done int, bad *link, 
 	}
 }
 
-// postFrame writes a frame of tag whose payload is parts, in order, as far
-// as the link takes it without waiting (l.poller must be set); it reports
-// whether the whole frame went. What did not go is in l.wrest, for
-// finishWrite. The frame is staged in l.wstage, so it should be small.
-func (l *link) postFrame(tag byte, parts [][]byte) (bool, error) {
+// stageFrame appends to dst[:0] the bytes of a frame of tag whose payload
+// is parts, in order, and returns them: a small frame staged once and then
+// posted to every link with postFrame, header and payload in one segment.
+func stageFrame(dst []byte, tag byte, parts [][]byte) []byte {
 	n := 0
 	for _, p := range parts {
 		n += len(p)
 	}
 	var h [HeaderSize]byte
 	PutHeader(h[:], tag, n)
-	stage := append(l.wstage[:0], h[:]...)
+	dst = append(dst[:0], h[:]...)
 	for _, p := range parts {
-		stage = append(stage, p...)
+		dst = append(dst, p...)
 	}
-	l.wstage = stage
+	return dst
+}
+
+// postFrame writes frame (a whole frame, see stageFrame) as far as the link
+// takes it without waiting (l.poller must be set); it reports whether all
+// of it went. What did not go is in l.wrest, for finishWrite. The link only
+// reads frame, so several links may post the same one.
+func (l *link) postFrame(frame []byte) (bool, error) {
 	l.wdirty = true
-	k, err := l.poller.WriteNow(stage)
+	k, err := l.poller.WriteNow(frame)
 	if err != nil {
 		return false, writeErr(err)
 	}
-	l.wrest = stage[k:]
+	l.wrest = frame[k:]
 	if len(l.wrest) > 0 {
 		return false, nil
 	}

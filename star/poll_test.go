@@ -211,7 +211,7 @@ func TestPostFrame(t *testing.T) {
 	for room := 0; room <= len(want); room++ {
 		c := &pollConn{room: room}
 		l := newLink(1, c, time.Second)
-		done, err := l.postFrame(TagBroadcast, payload)
+		done, err := l.postFrame(stageFrame(nil, TagBroadcast, payload))
 		require.NoError(t, err)
 		require.Equal(t, room >= len(want), done, "room=%d", room)
 		require.Equal(t, !done, l.wdirty, "room=%d: a frame cut short leaves the stream dirty", room)

@@ -45,6 +45,7 @@ type Comm struct {
 	opTag   byte     // scatter: the tag of the frame to send
 	opOut   [][]byte // scatter: its payload, in order
 	opOne   [1][]byte
+	stage   []byte   // scatter: a small frame, staged once for every link
 	opParts [][]byte // allgatherv regions in rank order
 	opIn    []byte   // allreduce: workers' contributions, (r-1)*n each
 	opN     int      // allreduce: bytes per contribution
@@ -418,8 +419,8 @@ func (c *Comm) run(ctx context.Context, op string, check func() error, body func
 // all, and returns that failure as a *linkError.
 func (c *Comm) gather(size int) error {
 	todo := append(c.todo[:0], c.workers...)
-	if c.polled && size <= pollMax {
-		done, bad, err := pollLinks(c.cfg.Spin, c.cfg.Timeout, todo...)
+	if spin := c.spin(size); c.polled && spin > 0 {
+		done, bad, err := pollLinks(spin, c.cfg.Timeout, todo...)
 		if err != nil {
 			return &linkError{peer: bad.peer, err: err}
 		}
@@ -441,12 +442,13 @@ func (c *Comm) scatter(tag byte, parts [][]byte, skip int) error {
 	}
 	todo := c.todo[:0]
 	var first error
-	if c.polled && n <= pollMax {
+	if c.polled && c.spin(n) > 0 {
+		c.stage = stageFrame(c.stage, tag, parts)
 		for _, l := range c.workers {
 			if l.peer == skip {
 				continue
 			}
-			done, err := l.postFrame(tag, parts)
+			done, err := l.postFrame(c.stage)
 			switch {
 			case err != nil:
 				if first == nil {
@@ -664,7 +666,7 @@ func (c *Comm) Barrier(ctx context.Context) error {
 			if err := c.up.writeFrame(TagBarrierReady, nil); err != nil {
 				return &linkError{peer: 0, err: err}
 			}
-			if err := c.up.awaitFrame(c.cfg.Spin, TagBarrierGo); err != nil {
+			if err := c.up.awaitFrame(c.spin(0), TagBarrierGo); err != nil {
 				return &linkError{peer: 0, err: err}
 			}
 			return nil

@@ -104,7 +104,7 @@ func (c *rawComm) Close() error {
 }
 
 // each runs f on every worker link (all but skip) concurrently and returns
-// the first error.
+// their errors joined.
 func (c *rawComm) each(skip int, f func(r int, l transport.Conn) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, c.size)
@@ -117,10 +117,14 @@ func (c *rawComm) each(skip int, f func(r int, l transport.Conn) error) error {
 	return errors.Join(errs...)
 }
 
-// writeAll writes parts in order with one writev per call. WriteTo
-// consumes the net.Buffers it is given, so it gets a copy of parts, which
-// goroutines share.
-func writeAll(w io.Writer, parts ...[]byte) error {
+// writeAll writes parts in order as one gathered write, as star does: the
+// tcp driver's WriteBuffers, which leaves parts (shared by goroutines) as
+// they are.
+func writeAll(w transport.Conn, parts ...[]byte) error {
+	if bw, ok := w.(transport.BuffersWriter); ok {
+		_, err := bw.WriteBuffers(parts)
+		return err
+	}
 	bufs := append(net.Buffers(nil), parts...)
 	_, err := bufs.WriteTo(w)
 	return err

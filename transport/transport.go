@@ -8,7 +8,10 @@
 //   - Read and Write follow io.Reader and io.Writer; Write returns a non-nil
 //     error when it writes fewer than len(p) bytes.
 //   - Deadlines apply to pending and future I/O; an I/O call that hits one
-//     returns an error satisfying errors.Is(err, os.ErrDeadlineExceeded).
+//     returns an error satisfying errors.Is(err, os.ErrDeadlineExceeded). A
+//     deadline that has already passed fails Read and Write (and ReadNow
+//     and WriteNow) even when data is available or the peer would take the
+//     bytes, as on a TCP socket.
 //   - Close unblocks pending Read and Write calls on both ends; the peer's
 //     Read then returns io.EOF once buffered data is consumed.
 //   - A dial to an address where nobody listens fails with an error that
@@ -44,8 +47,9 @@ type BuffersWriter interface {
 
 // CloseWriter is an optional ability of a Conn: shut down the writing side
 // (TCP's half-close) so the peer reads EOF after the data already sent,
-// while this end can still read. Star uses it when ending a link so that a
-// final Abort or Shutdown frame is not lost to a connection reset.
+// while this end can still read. After CloseWrite, Write fails; Read still
+// works. Star uses it when ending a link so that a final Abort or Shutdown
+// frame is not lost to a connection reset.
 type CloseWriter interface {
 	CloseWrite() error
 }
@@ -74,7 +78,8 @@ type DialerFunc func(ctx context.Context, addr string) (Conn, error)
 // Dial calls f.
 func (f DialerFunc) Dial(ctx context.Context, addr string) (Conn, error) { return f(ctx, addr) }
 
-// Poller is an optional ability of a Conn: I/O that never waits. Star uses
+// Poller is an optional ability of a Conn (TCP; pipe unless
+// pipe.Network.NoPoll): I/O that never waits. Star uses
 // it, when present, to poll a few links from one goroutine for a short
 // while before it parks a goroutine on each: a message that arrives within
 // microseconds then costs no scheduler wake-up, which is most of a small
@@ -90,6 +95,9 @@ type Poller interface {
 	WriteNow(p []byte) (n int, err error)
 	// Yield gives the processor to other threads and processes once; a
 	// poller calls it between rounds of ReadNow that found nothing, so that
-	// the peer it waits for can run on a busy machine.
+	// the peer it waits for can run on a busy machine. A driver whose peers
+	// can run in the same process (pipe) also lets time pass, so that
+	// inside a testing/synctest bubble a poller's spin time ends on the
+	// fake clock.
 	Yield()
 }

@@ -35,4 +35,39 @@
 // once. A Script holds the faults of a whole run; WrapDialer and
 // WrapListener attach it to one rank's ends; Fire triggers a fault "now"
 // (between collectives) instead of at a stream position.
+//
+// # Optional abilities
+//
+// A wrapped conn has the optional abilities of the conn it wraps, no more:
+// WrapDialer and WrapListener return a *Conn, or a *PollConn (the wrapped
+// conn is a transport.Poller), a *CloseWriteConn (a transport.CloseWriter)
+// or a *PollCloseWriteConn (both), each embedding the *Conn; ConnOf finds
+// the *Conn of any of them (for Link).
+//
+// ReadNow and WriteNow go through the same fault machinery as Read and
+// Write, so that a script gives the same observable result however the
+// bytes move: the stream positions advance alike, triggers fire at the same
+// frame and offset, and Crash, Reset, Deadline and the whole-rank faults give
+// the same errors. Where Read or Write would wait, the polled call returns
+// what it has done and no error instead: on a hung end, 0 and nil until the
+// deadline has passed (then os.ErrDeadlineExceeded) or the end is closed
+// (then net.ErrClosed); after a Delay fired, 0 and nil until the Delay has
+// elapsed (a blocking call made meanwhile waits for the rest of it only).
+// Header corruptions apply to polled bytes too: a corrupted header goes out
+// as the lie however WriteNow and Write split it (the caller hands over the
+// whole header with the call that reaches the frame's first byte, as for
+// Write); when a corruption may apply, the bytes of a header coming in are
+// held back until it is whole, so ReadNow returns 0 and nil meanwhile
+// (having taken them), and a Read that follows completes the same header.
+// As with TCP's ReadNow, a read deadline that has passed fails ReadNow even
+// when faulty holds bytes back. Yield is the wrapped conn's.
+//
+// CloseWrite is forwarded to the wrapped conn, except that on an end a
+// Crash or Reset broke it fails with that fault's error, after Close it
+// fails with net.ErrClosed, and on a hung end it does nothing and returns
+// nil: a hung process sends nothing, not even the end of its stream, so its
+// peer keeps seeing silence.
+//
+// One Read (or ReadNow) and one Write (or WriteNow) at a time per conn, as
+// star does; the other methods may be called concurrently with them.
 package faulty

@@ -3,6 +3,7 @@ package faulty
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -216,8 +217,11 @@ func (l *listener) Accept() (transport.Conn, error) {
 	return l.s.wrap(c, 0, -1), nil
 }
 
-func (s *Script) wrap(c transport.Conn, rank, link int) *Conn {
+// wrap wraps c as an end of rank, with the abilities c has (see Conn).
+func (s *Script) wrap(c transport.Conn, rank, link int) transport.Conn {
 	fc := &Conn{inner: c, s: s, rank: rank, link: link, changed: make(chan struct{}), closed: make(chan struct{})}
+	fc.poller, _ = c.(transport.Poller)
+	fc.cw, _ = c.(transport.CloseWriter)
 	s.mu.Lock()
 	s.conns = append(s.conns, fc)
 	dead, isDead := s.dead[rank]
@@ -226,6 +230,14 @@ func (s *Script) wrap(c transport.Conn, rank, link int) *Conn {
 		// A crashed or hung process does not come back for new
 		// connections either.
 		fc.fireNow(dead)
+	}
+	switch {
+	case fc.poller != nil && fc.cw != nil:
+		return &PollCloseWriteConn{PollConn{fc}}
+	case fc.poller != nil:
+		return &PollConn{fc}
+	case fc.cw != nil:
+		return &CloseWriteConn{fc}
 	}
 	return fc
 }
@@ -244,10 +256,18 @@ func (s *Script) markDead(f Fault) {
 }
 
 // Conn is a conn with faults. It implements transport.Conn.
+//
+// WrapDialer and WrapListener return a *Conn when the wrapped conn has
+// neither of the optional abilities transport.Poller and
+// transport.CloseWriter, and otherwise a *PollConn, *CloseWriteConn or
+// *PollCloseWriteConn, which embed the *Conn and add exactly the
+// abilities the wrapped conn has. ConnOf returns the *Conn of any of them.
 type Conn struct {
-	inner transport.Conn
-	s     *Script
-	rank  int
+	inner  transport.Conn
+	poller transport.Poller      // inner's, or nil
+	cw     transport.CloseWriter // inner's, or nil
+	s      *Script
+	rank   int
 
 	mu        sync.Mutex
 	link      int // -1 until the handshake is seen (coordinator side)
@@ -268,12 +288,113 @@ type Conn struct {
 		prev          int // bytes of the previous frame
 		hdr           [headerSize]byte
 	}
+	// delay is when a Delay that fired in each direction ends (zero:
+	// none); the I/O of that direction waits until then (polled I/O
+	// returns nothing until then).
+	delay   [2]time.Time
 	hs      [4]byte // the rank in a Handshake being read, until complete
 	pending []byte  // read bytes held back (a header, or data that came in as the end hung)
-	hbuf    [headerSize]byte
+	// hbuf holds the header being read while a corruption may apply: hhave
+	// bytes of it have come from the inner conn, not yet handed out nor
+	// counted in pos (the reading side only).
+	hbuf  [headerSize]byte
+	hhave int
+	// lie is the corrupted header of frame lieFrame of the write
+	// direction, which goes out instead of the caller's header bytes,
+	// however the writes split them (the writing side only).
+	lie      [headerSize]byte
+	lieFrame int
+	lieSet   bool
 }
 
-var _ transport.Conn = (*Conn)(nil)
+// PollConn is a *Conn over a conn that is a transport.Poller, which it is
+// too: ReadNow and WriteNow go through the same faults as Read and Write.
+type PollConn struct {
+	*Conn
+}
+
+// CloseWriteConn is a *Conn over a conn that is a transport.CloseWriter,
+// which it is too.
+type CloseWriteConn struct {
+	*Conn
+}
+
+// PollCloseWriteConn is a *Conn over a conn that is both a
+// transport.Poller and a transport.CloseWriter, which it is too.
+type PollCloseWriteConn struct {
+	PollConn
+}
+
+var (
+	_ transport.Conn        = (*Conn)(nil)
+	_ transport.Poller      = (*PollConn)(nil)
+	_ transport.CloseWriter = (*CloseWriteConn)(nil)
+	_ transport.Poller      = (*PollCloseWriteConn)(nil)
+	_ transport.CloseWriter = (*PollCloseWriteConn)(nil)
+)
+
+// ConnOf returns the *Conn of a conn that WrapDialer or WrapListener
+// returned (a *Conn, *PollConn, *CloseWriteConn or *PollCloseWriteConn), or
+// nil for any other conn.
+func ConnOf(c transport.Conn) *Conn {
+	switch c := c.(type) {
+	case *Conn:
+		return c
+	case *PollConn:
+		return c.Conn
+	case *CloseWriteConn:
+		return c.Conn
+	case *PollCloseWriteConn:
+		return c.Conn
+	}
+	return nil
+}
+
+// ReadNow implements transport.Poller: Read without waiting. It goes
+// through the faults as Read does, at the same stream positions and with
+// the same errors; where Read would wait (a hung end, a Delay, a frame
+// header not whole yet while a corruption may apply) it returns 0 and nil
+// instead, until the wait would have ended. A read deadline that has
+// passed fails it, as it fails the wrapped conn's ReadNow, even when
+// faulty holds bytes back.
+func (c *PollConn) ReadNow(p []byte) (int, error) { return c.read(p, true) }
+
+// WriteNow implements transport.Poller: Write without waiting, through the
+// same faults as Write; where Write would wait, it returns what it wrote
+// so far and a nil error.
+func (c *PollConn) WriteNow(p []byte) (int, error) { return c.write(p, true) }
+
+// Yield implements transport.Poller: the wrapped conn's Yield.
+func (c *PollConn) Yield() { c.poller.Yield() }
+
+// CloseWrite implements transport.CloseWriter; see Conn.closeWrite.
+func (c *CloseWriteConn) CloseWrite() error { return c.closeWrite() }
+
+// CloseWrite implements transport.CloseWriter; see Conn.closeWrite.
+func (c *PollCloseWriteConn) CloseWrite() error { return c.closeWrite() }
+
+// closeWrite half-closes the wrapped conn, unless a fault has hit this
+// end: after a Crash or Reset it fails with that fault's error, as other
+// I/O does; on a hung end it does nothing and returns nil, since a hung
+// process sends nothing, not even the end of its stream (its peer keeps
+// seeing silence); after Close it fails with net.ErrClosed.
+func (c *Conn) closeWrite() error {
+	select {
+	case <-c.closed:
+		return net.ErrClosed
+	default:
+	}
+	c.mu.Lock()
+	broken, hung := c.broken, c.hung
+	c.mu.Unlock()
+	switch {
+	case broken != nil:
+		return broken
+	case hung:
+		return nil
+	}
+	return c.cw.CloseWrite()
+}
 
 // Link returns the peer's rank, or -1 while unknown.
 func (c *Conn) Link() int {
@@ -443,8 +564,9 @@ func (c *Conn) wait(dir Dir, until time.Time) error {
 }
 
 // act applies a fault that fired; it returns an error to report instead of
-// the I/O, or nil to continue.
-func (c *Conn) act(dir Dir, f *armed) error {
+// the I/O, or nil to continue. On polled I/O (poll) it never waits: where
+// the I/O would wait it returns errNotYet.
+func (c *Conn) act(dir Dir, f *armed, poll bool) error {
 	if f.WholeRank {
 		c.s.markDead(f.Fault)
 		c.s.mu.Lock()
@@ -472,17 +594,54 @@ func (c *Conn) act(dir Dir, f *armed) error {
 		c.mu.Lock()
 		c.hung = true
 		c.mu.Unlock()
+		if poll {
+			return c.pollWait(dir, time.Time{})
+		}
 		return c.wait(dir, time.Time{})
 	case Delay:
-		return c.wait(dir, time.Now().Add(f.Delay))
+		// The I/O waits for it in state, at once.
+		c.mu.Lock()
+		c.delay[dir] = time.Now().Add(f.Delay)
+		c.mu.Unlock()
 	}
 	return nil
 }
 
-// state returns an error the next I/O must report, or blocks if hung.
-func (c *Conn) state(dir Dir) error {
+// errNotYet is what a polled I/O step reports where the I/O would wait: the
+// polled call returns what it has done so far and no error.
+var errNotYet = errors.New("faulty: would wait")
+
+// pollWait is wait for polled I/O: it reports, without waiting, what wait
+// would return now, or errNotYet while wait would still be waiting.
+func (c *Conn) pollWait(dir Dir, until time.Time) error {
+	select {
+	case <-c.closed:
+		return net.ErrClosed
+	default:
+	}
 	c.mu.Lock()
-	broken, hung, once := c.broken, c.hung, c.once
+	dl := c.wdeadline
+	if dir == Read {
+		dl = c.rdeadline
+	}
+	c.mu.Unlock()
+	if !until.IsZero() && (dl.IsZero() || until.Before(dl)) {
+		dl = until
+	}
+	if dl.IsZero() || time.Now().Before(dl) {
+		return errNotYet
+	}
+	if !until.IsZero() && dl.Equal(until) {
+		return nil // a Delay that ended
+	}
+	return os.ErrDeadlineExceeded
+}
+
+// state returns an error the next I/O must report, or blocks if hung or
+// delayed (on polled I/O, returns errNotYet instead while it would block).
+func (c *Conn) state(dir Dir, poll bool) error {
+	c.mu.Lock()
+	broken, hung, once, delay := c.broken, c.hung, c.once, c.delay[dir]
 	c.once = nil
 	c.mu.Unlock()
 	switch {
@@ -490,13 +649,41 @@ func (c *Conn) state(dir Dir) error {
 		return broken
 	case once != nil:
 		return once
+	case hung && poll:
+		return c.pollWait(dir, time.Time{})
 	case hung:
 		if err := c.wait(dir, time.Time{}); err != nil {
 			return err
 		}
 		return os.ErrDeadlineExceeded
+	case !delay.IsZero():
+		var err error
+		if poll {
+			err = c.pollWait(dir, delay)
+			if err == errNotYet {
+				return err
+			}
+		} else {
+			err = c.wait(dir, delay)
+		}
+		// The Delay is over, or its I/O failed (deadline, Close): it
+		// holds no further I/O.
+		c.mu.Lock()
+		if c.delay[dir].Equal(delay) {
+			c.delay[dir] = time.Time{}
+		}
+		c.mu.Unlock()
+		return err
 	}
 	return nil
+}
+
+// notYet turns a polled step's errNotYet into the call's nil error.
+func notYet(n int, err error) (int, error) {
+	if err == errNotYet {
+		return n, nil
+	}
+	return n, err
 }
 
 // corruption returns a header corruption scheduled for dir's current frame.
@@ -589,27 +776,47 @@ func (c *Conn) writeHeaderFault() *Fault {
 }
 
 // Write sends p, applying the faults placed in it.
-func (c *Conn) Write(p []byte) (int, error) {
+func (c *Conn) Write(p []byte) (int, error) { return c.write(p, false) }
+
+// innerWrite writes b to the wrapped conn, with WriteNow when poll.
+func (c *Conn) innerWrite(b []byte, poll bool) (int, error) {
+	if poll {
+		return c.poller.WriteNow(b)
+	}
+	return c.inner.Write(b)
+}
+
+// headerLie returns the corrupted header bytes that go out instead of the
+// next n bytes of the write direction (nil if they are not in a corrupted
+// header).
+func (c *Conn) headerLie(n int) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.pos[Write]
+	if !c.lieSet || c.lieFrame != st.frame || st.offset >= headerSize {
+		return nil
+	}
+	return c.lie[st.offset:min(headerSize, st.offset+n)]
+}
+
+// write is Write, or WriteNow when poll: it then never waits, and returns
+// what it has written when the wrapped conn takes no more or the end would
+// wait.
+func (c *Conn) write(p []byte, poll bool) (int, error) {
 	written := 0
 	for len(p) > 0 {
-		if err := c.state(Write); err != nil {
-			return written, err
+		if err := c.state(Write, poll); err != nil {
+			return notYet(written, err)
 		}
 		if f := c.writeHeaderFault(); f != nil {
 			if len(p) < headerSize {
 				return written, fmt.Errorf("faulty: cannot corrupt a frame header split across writes (%d bytes)", len(p))
 			}
-			h := make([]byte, headerSize)
-			copy(h, p[:headerSize])
-			corruptHeader(h, f)
-			n, err := c.inner.Write(h)
-			c.advance(Write, p[:n]) // track the real frame, not the lie
-			written += n
-			p = p[n:]
-			if err != nil {
-				return written, c.ioErr(err)
-			}
-			continue
+			c.mu.Lock()
+			copy(c.lie[:], p[:headerSize])
+			corruptHeader(c.lie[:], f)
+			c.lieFrame, c.lieSet = c.pos[Write].frame, true
+			c.mu.Unlock()
 		}
 		a, before := c.trigger(Write, len(p))
 		chunk := p
@@ -619,17 +826,26 @@ func (c *Conn) Write(p []byte) (int, error) {
 			chunk = p[:c.untilFrameEnd(Write, len(p))]
 		}
 		if len(chunk) > 0 {
-			n, err := c.inner.Write(chunk)
-			c.advance(Write, chunk[:n])
+			out := chunk
+			if lie := c.headerLie(len(chunk)); lie != nil {
+				// The header goes out on its own, as the lie.
+				chunk, out = chunk[:len(lie)], lie
+			}
+			n, err := c.innerWrite(out, poll)
+			c.advance(Write, chunk[:n]) // track the real frame, not the lie
 			written += n
 			p = p[n:]
 			if err != nil {
 				return written, c.ioErr(err)
 			}
+			if n < len(chunk) {
+				// Only WriteNow stops short without an error.
+				return written, nil
+			}
 		}
 		if a != nil && before == 0 {
-			if err := c.act(Write, a); err != nil {
-				return written, err
+			if err := c.act(Write, a, poll); err != nil {
+				return notYet(written, err)
 			}
 		}
 	}
@@ -651,12 +867,40 @@ func (c *Conn) untilFrameEnd(dir Dir, n int) int {
 // Read receives into p, applying the faults placed in the stream. A frame
 // header is read whole from the underlying conn before any of it is handed
 // out, so a corruption armed while the Read waited still applies.
-func (c *Conn) Read(p []byte) (int, error) {
+func (c *Conn) Read(p []byte) (int, error) { return c.read(p, false) }
+
+// innerRead reads into b from the wrapped conn, with ReadNow when poll.
+func (c *Conn) innerRead(b []byte, poll bool) (int, error) {
+	if poll {
+		return c.poller.ReadNow(b)
+	}
+	return c.inner.Read(b)
+}
+
+// readDeadlinePassed reports whether the read deadline has passed.
+func (c *Conn) readDeadlinePassed() bool {
+	c.mu.Lock()
+	dl := c.rdeadline
+	c.mu.Unlock()
+	return !dl.IsZero() && !time.Now().Before(dl)
+}
+
+// read is Read, or ReadNow when poll: it then never waits, and returns 0
+// and nil where Read would wait.
+func (c *Conn) read(p []byte, poll bool) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if err := c.state(Read); err != nil {
-		return 0, err
+	if err := c.state(Read, poll); err != nil {
+		return notYet(0, err)
+	}
+	c.mu.Lock()
+	held := len(c.pending) > 0 || c.hhave > 0
+	c.mu.Unlock()
+	if poll && held && c.readDeadlinePassed() {
+		// The wrapped conn's ReadNow would fail so; bytes faulty holds
+		// back do not change that.
+		return 0, os.ErrDeadlineExceeded
 	}
 	c.mu.Lock()
 	if len(c.pending) > 0 {
@@ -665,39 +909,27 @@ func (c *Conn) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 		return n, nil
 	}
+	inHeader := c.hhave > 0
 	atHeader := c.pos[Read].offset == 0
 	c.mu.Unlock()
+	if inHeader {
+		return c.readHeader(p, poll)
+	}
 	a, before := c.trigger(Read, len(p))
 	if a != nil && before == 0 {
-		if err := c.act(Read, a); err != nil {
-			return 0, err
+		if err := c.act(Read, a, poll); err != nil {
+			return notYet(0, err)
 		}
-		return c.Read(p)
+		return c.read(p, poll)
 	}
 	if atHeader && c.mayCorrupt(Read) && c.clearAhead(Read, a, before) {
-		h := c.hbuf[:]
-		n, err := io.ReadFull(c.inner, h)
-		if n < headerSize {
-			if err == io.ErrUnexpectedEOF {
-				err = io.EOF // the bytes that came are handed out first
-			}
-			c.advance(Read, h[:n])
-			return c.hold(p, h[:n], c.ioErr(err))
-		}
-		c.mu.Lock()
-		frame := c.pos[Read].frame
-		c.mu.Unlock()
-		c.advance(Read, h)
-		if f := c.headerFault(Read, frame); f != nil {
-			corruptHeader(h, f)
-		}
-		return c.hold(p, h, nil)
+		return c.readHeader(p, poll)
 	}
 	limit := c.untilFrameEnd(Read, len(p))
 	if a != nil {
 		limit = min(limit, before)
 	}
-	n, err := c.inner.Read(p[:limit])
+	n, err := c.innerRead(p[:limit], poll)
 	c.advance(Read, p[:n])
 	if n > 0 {
 		c.mu.Lock()
@@ -706,10 +938,55 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if hung {
 			// The end hung while this Read waited: what came in is held,
 			// not delivered.
-			return c.hold(p[:0], p[:n], c.state(Read))
+			return c.hold(p[:0], p[:n], c.state(Read, poll), poll)
 		}
 	}
 	return n, c.ioErr(err)
+}
+
+// readHeader reads the rest of the frame header at the read position
+// into c.hbuf (all of it, or, polled, what has arrived), applies the
+// corruption due for the frame once it is whole, and hands it out. A
+// header that ends early (EOF) is handed out as it came, then the error.
+func (c *Conn) readHeader(p []byte, poll bool) (int, error) {
+	h := c.hbuf[:]
+	c.mu.Lock()
+	rest := h[c.hhave:]
+	c.mu.Unlock()
+	var n int
+	var err error
+	if poll {
+		n, err = c.poller.ReadNow(rest)
+	} else {
+		n, err = io.ReadFull(c.inner, rest)
+	}
+	c.mu.Lock()
+	c.hhave += n
+	have := c.hhave
+	c.mu.Unlock()
+	if have < headerSize {
+		switch {
+		case err == nil:
+			return 0, nil // polled: the rest has not arrived
+		case err != io.EOF && err != io.ErrUnexpectedEOF:
+			// A deadline, say: the bytes stay until the next read.
+			return 0, c.ioErr(err)
+		}
+		c.mu.Lock()
+		c.hhave = 0
+		c.mu.Unlock()
+		c.advance(Read, h[:have])
+		return c.hold(p, h[:have], c.ioErr(io.EOF), poll) // the bytes that came are handed out first
+	}
+	c.mu.Lock()
+	c.hhave = 0
+	frame := c.pos[Read].frame
+	c.mu.Unlock()
+	c.advance(Read, h)
+	if f := c.headerFault(Read, frame); f != nil {
+		corruptHeader(h, f)
+	}
+	return c.hold(p, h, nil, poll)
 }
 
 // mayCorrupt reports whether a header corruption may still apply to dir on
@@ -745,8 +1022,9 @@ func (c *Conn) clearAhead(dir Dir, a *armed, before int) bool {
 }
 
 // hold hands as much of data as fits in p to the caller and keeps the rest
-// for the next Read; if the end is hung, it keeps all of it and blocks.
-func (c *Conn) hold(p, data []byte, err error) (int, error) {
+// for the next Read; if the end is hung, it keeps all of it and blocks (or,
+// polled, returns 0 and nil while it would block).
+func (c *Conn) hold(p, data []byte, err error, poll bool) (int, error) {
 	c.mu.Lock()
 	hung := c.hung
 	c.mu.Unlock()
@@ -758,15 +1036,15 @@ func (c *Conn) hold(p, data []byte, err error) (int, error) {
 	c.pending = append(c.pending, data[n:]...)
 	c.mu.Unlock()
 	if hung {
-		return 0, c.state(Read)
+		return notYet(0, c.state(Read, poll))
 	}
 	switch {
 	case n > 0:
 		return n, nil // the bytes now; an error comes again on a later Read
 	case err == nil:
-		return c.Read(p)
+		return c.read(p, poll)
 	}
-	return 0, err
+	return notYet(0, err)
 }
 
 // Close closes the conn and unblocks a hung Read or Write. A hung end does

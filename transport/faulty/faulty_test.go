@@ -27,24 +27,35 @@ import (
 // it.
 
 // TestConformance runs the driver suite over faulty conns with no faults: a
-// wrapped conn must behave exactly like the driver it wraps.
+// wrapped conn must behave exactly like the driver it wraps, with the same
+// optional abilities (over pipe: transport.Poller, unless NoPoll, and
+// transport.CloseWriter).
 func TestConformance(t *testing.T) {
-	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
-		n := pipe.NewNetwork()
-		s := faulty.NewScript()
-		var seq atomic.Int64
-		return transporttest.Harness{
-			Listen: func() (transport.Listener, error) {
-				l, err := n.Listen(fmt.Sprintf("listener-%d", seq.Add(1)))
-				if err != nil {
-					return nil, err
+	for _, mode := range []struct {
+		name   string
+		buffer int
+		noPoll bool
+	}{{"unbuffered", 0, false}, {"buffer=64KiB", 64 << 10, false}, {"nopoll", 0, true}} {
+		t.Run("mode="+mode.name, func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T) transporttest.Harness {
+				n := pipe.NewNetwork()
+				n.Buffer, n.NoPoll = mode.buffer, mode.noPoll
+				s := faulty.NewScript()
+				var seq atomic.Int64
+				return transporttest.Harness{
+					Listen: func() (transport.Listener, error) {
+						l, err := n.Listen(fmt.Sprintf("listener-%d", seq.Add(1)))
+						if err != nil {
+							return nil, err
+						}
+						return s.WrapListener(l), nil
+					},
+					Dialer:   s.WrapDialer(n, 1),
+					DeadAddr: func(*testing.T) string { return "nobody-listens-here" },
 				}
-				return s.WrapListener(l), nil
-			},
-			Dialer:   s.WrapDialer(n, 1),
-			DeadAddr: func(*testing.T) string { return "nobody-listens-here" },
-		}
-	})
+			})
+		})
+	}
 }
 
 // The stream a worker sends in these tests, in the spec's framing: 4-byte
@@ -259,8 +270,8 @@ func handshakeAll(t *testing.T, tn *testNet, ranks ...int) (coord, workers map[i
 	coord, workers = map[int]transport.Conn{}, map[int]transport.Conn{}
 	for _, r := range ranks {
 		w, c := tn.connect(nil)
-		fc, ok := c.(*faulty.Conn)
-		require.True(t, ok, "accepted conn is a %T, want *faulty.Conn", c)
+		fc := faulty.ConnOf(c)
+		require.NotNil(t, fc, "accepted conn is a %T, want a faulty conn", c)
 		require.Equal(t, -1, fc.Link(), "Link before the handshake")
 		sent := async(write(w, handshake(r)))
 		got := readFull(c, 13)
@@ -743,7 +754,7 @@ func TestLink(t *testing.T) {
 					s := faulty.NewScript()
 					tn := newNet(t, s)
 					w, c := tn.connect(s.WrapDialer(tn.n, 3))
-					fc := c.(*faulty.Conn)
+					fc := faulty.ConnOf(c)
 					require.Equal(t, -1, fc.Link())
 					sent := async(func() ioResult { return writeChunks(w, lay.chunks) })
 					var got []byte

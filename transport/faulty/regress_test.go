@@ -31,7 +31,7 @@ func TestLinkFromSplitHandshake(t *testing.T) {
 		}()
 		got := readFull(c, len(hs))
 		require.NoError(t, got.err)
-		require.Equal(t, 2, c.(*faulty.Conn).Link())
+		require.Equal(t, 2, faulty.ConnOf(c).Link())
 	})
 }
 

@@ -19,21 +19,38 @@ import (
 const watchdog = 10 * time.Second
 
 func TestConformance(t *testing.T) {
-	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
-		n := pipe.NewNetwork()
-		var seq atomic.Int64
-		return transporttest.Harness{
-			Listen: func() (transport.Listener, error) {
-				l, err := n.Listen(fmt.Sprintf("listener-%d", seq.Add(1)))
-				if err != nil {
-					return nil, err
+	for _, mode := range []struct {
+		name string
+		mk   func() *pipe.Network
+	}{
+		{"unbuffered", pipe.NewNetwork},
+		{"buffer=1", func() *pipe.Network { n := pipe.NewNetwork(); n.Buffer = 1; return n }},
+		{"buffer=64KiB", func() *pipe.Network { n := pipe.NewNetwork(); n.Buffer = 64 << 10; return n }},
+		{"nopoll", func() *pipe.Network { n := pipe.NewNetwork(); n.NoPoll = true; return n }},
+		{"nopoll+noclosewrite", func() *pipe.Network {
+			n := pipe.NewNetwork()
+			n.NoPoll, n.NoCloseWrite = true, true
+			return n
+		}},
+	} {
+		t.Run("mode="+mode.name, func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T) transporttest.Harness {
+				n := mode.mk()
+				var seq atomic.Int64
+				return transporttest.Harness{
+					Listen: func() (transport.Listener, error) {
+						l, err := n.Listen(fmt.Sprintf("listener-%d", seq.Add(1)))
+						if err != nil {
+							return nil, err
+						}
+						return l, nil
+					},
+					Dialer:   n,
+					DeadAddr: func(*testing.T) string { return "nobody-listens-here" },
 				}
-				return l, nil
-			},
-			Dialer:   n,
-			DeadAddr: func(*testing.T) string { return "nobody-listens-here" },
-		}
-	})
+			})
+		})
+	}
 }
 
 // dialAsync runs Dial in a goroutine and delivers its error, closing any

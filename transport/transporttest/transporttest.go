@@ -26,7 +26,19 @@
 //   - optional abilities, when the Conn has them: transport.BuffersWriter
 //     writes every buffer in order and reports the total; and
 //     transport.CloseWriter lets the peer read EOF while the writer can still
-//     read.
+//     read;
+//   - transport.Poller, when the Conn has it (checked on both ends):
+//     ReadNow returns 0, nil when nothing has arrived, gets the bytes the
+//     peer writes (while the peer's Write is pending or after it returned,
+//     whatever the driver's buffering) in order and sharing the stream with
+//     Read, returns io.EOF after the peer's Close, fails with an error
+//     satisfying errors.Is(err, os.ErrDeadlineExceeded) when the read
+//     deadline has passed even with data available, and fails after the
+//     end's own Close; WriteNow returns a count in [0, len(p)], never waits
+//     (it ends up taking 0 bytes when the peer does not read), its bytes
+//     arrive in order and before those of a later Write, and a passed write
+//     deadline or the end's own Close fails it. Pollers call Yield between
+//     rounds that found nothing, as star does.
 //
 // Every blocking step runs under a watchdog (Harness.Timeout), so a hang is a
 // test failure naming the step, never a stuck test binary. The suite never
@@ -96,6 +108,15 @@ func Run(t *testing.T, mk func(t *testing.T) Harness) {
 		{"case=dial-refused", testDialRefused},
 		{"case=write-buffers", testWriteBuffers},
 		{"case=close-write", testCloseWrite},
+		{"case=poll-read-idle", testPollReadIdle},
+		{"case=poll-read", testPollRead},
+		{"case=poll-read-then-read", testPollReadThenRead},
+		{"case=poll-read-eof", testPollReadEOF},
+		{"case=poll-read-past-deadline", testPollReadPastDeadline},
+		{"case=poll-after-close", testPollAfterClose},
+		{"case=poll-write", testPollWrite},
+		{"case=poll-write-no-reader", testPollWriteNoReader},
+		{"case=poll-write-past-deadline", testPollWritePastDeadline},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

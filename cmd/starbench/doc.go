@@ -9,19 +9,29 @@
 //	starrun -n N -- starbench [--workloads NAME,...] [--repeats-scale F] [--json] [--raw]
 //
 // With -n, starbench starts N ranks of its own executable as child
-// processes, wired over TCP on 127.0.0.1 to a free port through the COBRE_*
-// variables (COBRE_COMM_BACKEND=tcp, COBRE_TCP_COORDINATOR=127.0.0.1,
+// processes through the launcher starrun uses (internal/launch), wired over
+// TCP on 127.0.0.1 to a free port through the COBRE_* variables
+// (COBRE_COMM_BACKEND=tcp, COBRE_TCP_COORDINATOR=127.0.0.1,
 // COBRE_TCP_BIND_ADDR=127.0.0.1, COBRE_TCP_PORT, COBRE_TCP_RANK,
-// COBRE_TCP_SIZE, and COBRE_TCP_TIMEOUT_SECS with --timeout), and, unless
-// starbench's environment sets it, GOMAXPROCS=max(1, CPUs/N) as starrun
-// does. Rank 0's
+// COBRE_TCP_SIZE, COBRE_TCP_TIMEOUT_SECS with --timeout, and
+// COBRE_ERROR_FILE, the file in a private directory of the job where
+// starcomm records the rank's first failure), and, unless starbench's
+// environment sets it, GOMAXPROCS=max(1, CPUs/N) as starrun does. Rank 0's
 // standard output (the results) is printed as is; every other line the
 // ranks write goes to standard error prefixed with "[r] ". Each rank runs in
 // its own process group and, on Linux, dies with starbench (parent-death
-// signal). When a rank fails, or on SIGINT or SIGTERM, starbench kills every
-// rank's process group with SIGKILL, waits for all of them, names the rank
-// that failed and exits non-zero. -n 1 runs a size-1 communicator (no
-// socket).
+// signal). When a rank fails, starbench says so ("starbench: rank 1 (pid
+// 4321) exited with code 3; stopping the other ranks") and sends every
+// other rank's process group SIGTERM, then SIGKILL after 5 s; SIGINT and
+// SIGTERM are forwarded the same way. Once all ranks have exited it names
+// the root cause on its last line, as starrun does: following the error
+// records' accusations from the earliest record, or, without records, the
+// first rank that failed on its own, passing over ranks that exited 3
+// (below), e.g.
+//
+//	starbench: rank 2 (pid 1234) exited with code 2: root cause (blamed by ranks 0, 1, 3: "allgatherv failed (rank 2): ..."); rank 1 failed first
+//
+// -n 1 runs a size-1 communicator (no socket).
 //
 // Without -n, starbench is one rank of a job someone else started (starrun,
 // or processes started by hand with the COBRE_* variables): it calls
@@ -49,10 +59,10 @@
 // failure hangs it).
 //
 // Exit status: 0 on success; 1 when a rank failed (collective error,
-// verification failure) or could not start; 2 for a usage error, with a
-// message naming the flag; 128+n after signal n. A rank itself exits 1 for
-// its own failure and 3 when its collective failed because another rank
-// failed first.
+// verification failure) or could not start, whatever the root cause's own
+// code; 2 for a usage error, with a message naming the flag; 128+n after
+// signal n. A rank itself exits 1 for its own failure and 3 when its
+// collective failed because another rank failed first.
 //
 // # Workloads
 //

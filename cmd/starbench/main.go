@@ -15,6 +15,7 @@ import (
 
 	"github.com/starcomm/starcomm"
 	"github.com/starcomm/starcomm/comm"
+	joblaunch "github.com/starcomm/starcomm/internal/launch"
 )
 
 // main wires the process's arguments, streams and signals to run.
@@ -43,7 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return runRank(ctx, o, stdout, stderr)
 }
 
-// launch starts o.n ranks of this executable and supervises them.
+// launch starts o.n ranks of this executable and supervises them through
+// internal/launch (see launchConfig), returning starbench's exit code.
 func launch(o options, stdout, stderr io.Writer) int {
 	exe, err := os.Executable()
 	if err != nil {
@@ -51,15 +53,12 @@ func launch(o options, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	// Subscribe before any rank starts, so no signal can kill starbench
-	// without the ranks being killed too.
+	// without the ranks being stopped too.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	l := &launcher{
-		exe: exe, args: rankArgs(o), n: o.n, timeout: o.timeout,
-		env: os.Environ(), stdout: stdout, stderr: stderr, signals: sigs,
-	}
-	return l.run()
+	command := append([]string{exe}, rankArgs(o)...)
+	return exitCode(joblaunch.Run(launchConfig(o, command, os.Environ(), stdout, stderr, sigs)))
 }
 
 // runRank is one rank: it builds the communicator from the COBRE_*

@@ -4,7 +4,7 @@
 //
 // Usage:
 //
-//	starrun -n N [--port P] [--timeout S] [--bind ADDR] [--grace D] -- CMD [ARGS...]
+//	starrun -n N [--port P] [--timeout S] [--bind ADDR] [--grace D] [--settle D] -- CMD [ARGS...]
 //
 // Flags:
 //
@@ -13,6 +13,8 @@
 //	--timeout S   collective timeout in whole seconds (> 0), passed as COBRE_TCP_TIMEOUT_SECS
 //	--bind ADDR   address the coordinator listens on, passed as COBRE_TCP_BIND_ADDR
 //	--grace D     time between SIGTERM and SIGKILL when a job is stopped, e.g. 200ms (default 5s)
+//	--settle D    time the other ranks get to end on their own after the first failure, before
+//	              they are stopped (default 1s)
 //
 // Each flag may be written with one dash or two, and as -flag value or -flag=value.
 //
@@ -27,6 +29,7 @@
 //	COBRE_TCP_SIZE=N
 //	COBRE_TCP_TIMEOUT_SECS=S   (only with --timeout)
 //	COBRE_TCP_BIND_ADDR=ADDR   (only with --bind)
+//	COBRE_ERROR_FILE=DIR/rank-r.json
 //	GOMAXPROCS=max(1, CPUs/N)  (only when starrun's environment has no GOMAXPROCS)
 //
 // GOMAXPROCS shares the host's CPUs among the ranks, as torchrun's
@@ -42,6 +45,13 @@
 // ranks; another program could in principle take the port in between.
 // Ranks read their standard input from /dev/null.
 //
+// DIR is a directory private to the job (mode 0700, in the system's
+// temporary directory) that starrun creates before starting the ranks and
+// removes, with everything in it, when the job ends. starcomm writes a
+// rank's first failure there (when, the rank it blames, the message; see
+// internal/errfile) before the failing call returns; a rank that panics,
+// exits by itself or is killed writes nothing.
+//
 // # Output
 //
 // Every line a rank writes is copied to starrun's standard output or standard
@@ -53,11 +63,40 @@
 // # Failure and signals
 //
 // starrun waits for every rank. The first rank to exit with a non-zero code
-// or to be killed by a signal is the job's failure: starrun reports it on
-// standard error, sends SIGTERM to every other rank still running, and
-// SIGKILL to those still running once the grace period is over. SIGINT and
-// SIGTERM sent to starrun are forwarded to every rank the same way; a second
-// one kills all ranks at once.
+// or to be killed by a signal stops the job: starrun reports it on standard
+// error,
+//
+//	starrun: rank 1 (pid 4321) exited with code 1; stopping the other ranks
+//
+// gives the other ranks the settle period (--settle, 1 s) to end on their
+// own (starcomm tells every rank of a failure within milliseconds, and a
+// rank that panics gets to finish printing its stack trace, keeping its
+// own exit code), then sends SIGTERM to every rank still running, and
+// SIGKILL to those still running once the grace period is over. SIGINT
+// and SIGTERM sent to
+// starrun are forwarded to every rank the same way; a second one kills all
+// ranks at once.
+//
+// The first rank to fail is often not the one at fault (rank 2 panics, rank
+// 1's collective fails and rank 1 exits first), so once every rank has
+// exited starrun reads the ranks' error records and names the root cause on
+// its last line:
+//
+//	starrun: rank 2 (pid 1234) exited with code 2: root cause (blamed by ranks 0, 1, 3: "allreduce failed (rank 2): ..."); rank 1 failed first
+//
+// The rule: records a rank wrote after starrun signalled it are set aside
+// (the stop may have caused them). Starting from the earliest record,
+// starrun follows the rank each record blames to that rank's record, and
+// so on; the rank reached that has no record, blames itself or blames
+// nobody (-1) is the root cause (a cycle of accusations stops where it
+// would close). Without records, the root cause is the first rank that
+// failed on its own (exited non-zero, or was killed by a signal starrun did
+// not send). The line says how the root cause ended ("was stopped
+// by starrun" when starrun had to kill it, as it does a hung rank), which
+// ranks blamed it, the first line of the message (its own record's, or the
+// earliest accusation's), and the rank that failed first when that is
+// another one. After a forwarded signal no root cause is named; a job of
+// one rank that left no record gets no such line (the first says it all).
 //
 // Each rank runs in its own process group and is always signalled as a group,
 // so processes it started die with it. When a rank exits, whatever it left
@@ -67,13 +106,17 @@
 // # Exit status
 //
 //   - 0 when every rank exits 0;
-//   - the first failed rank's exit code, or 128+signal number if it was killed
-//     by a signal (137 for SIGKILL);
+//   - the root cause's exit code, or 128+signal number if it was killed by a
+//     signal (137 for SIGKILL); when starrun had to stop the root cause (it
+//     hung), the code of the first rank to fail;
 //   - after a forwarded SIGINT or SIGTERM, the result of the first rank to end
 //     with a non-zero status: 130 or 143 when it died from the signal, its own
 //     code when it handled the signal and exited (0 if every rank exited 0);
 //   - 2 for a usage error, 126 or 127 when the command cannot be started (127:
 //     not found), 1 for other launcher errors.
 //
-// starrun supports Unix-like systems only.
+// The launcher itself is internal/launch, shared with starbench -n.
+// starrun is meant for Unix-like systems: elsewhere it builds, but there
+// are no process groups or signals to forward, and stopping a rank kills
+// it outright.
 package main

@@ -6,23 +6,25 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/starcomm/starcomm/internal/launch"
 )
 
 // Exit codes of starrun's own failures; see the package documentation for the
 // codes that come from the ranks.
 const (
-	exitLaunchError = 1   // the job could not be set up (free port, pipes)
-	exitUsage       = 2   // bad command line
-	exitCannotExec  = 126 // the command exists but could not be started
-	exitNotFound    = 127 // the command was not found
+	exitLaunchError = launch.ExitLaunchError // the job could not be set up (free port, directory, pipes)
+	exitUsage       = 2                      // bad command line
+	exitCannotExec  = launch.ExitCannotExec  // the command exists but could not be started
+	exitNotFound    = launch.ExitNotFound    // the command was not found
 )
 
 // defaultGrace is how long ranks get between SIGTERM and SIGKILL unless
 // --grace says otherwise.
-const defaultGrace = 5 * time.Second
+const defaultGrace = launch.DefaultGrace
 
 // synopsis is the one-line usage shown with every usage error.
-const synopsis = "usage: starrun -n N [--port P] [--timeout S] [--bind ADDR] [--grace D] -- CMD [ARGS...]"
+const synopsis = "usage: starrun -n N [--port P] [--timeout S] [--bind ADDR] [--grace D] [--settle D] -- CMD [ARGS...]"
 
 // config is one validated starrun command line.
 type config struct {
@@ -31,6 +33,7 @@ type config struct {
 	timeout int           // COBRE_TCP_TIMEOUT_SECS; 0 means not given
 	bind    string        // COBRE_TCP_BIND_ADDR; "" means not given
 	grace   time.Duration // time between SIGTERM and SIGKILL when stopping
+	settle  time.Duration // time the others get to end on their own after the first failure
 	command []string      // the program and its arguments, never empty
 }
 
@@ -44,6 +47,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.IntVar(&cfg.timeout, "timeout", 0, "collective timeout in seconds (> 0) passed as COBRE_TCP_TIMEOUT_SECS; unset if not given")
 	fs.StringVar(&cfg.bind, "bind", "", "coordinator listen address passed as COBRE_TCP_BIND_ADDR; unset if not given")
 	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "time ranks get between SIGTERM and SIGKILL when the job is stopped")
+	fs.DurationVar(&cfg.settle, "settle", launch.DefaultSettle, "time the other ranks get to end on their own after the first one fails, before they are stopped")
 	return fs
 }
 
@@ -72,6 +76,8 @@ func parseArgs(args []string) (config, error) {
 		return config{}, errors.New("--bind must not be empty")
 	case cfg.grace < 0:
 		return config{}, fmt.Errorf("--grace must not be negative, got %v", cfg.grace)
+	case cfg.settle < 0:
+		return config{}, fmt.Errorf("--settle must not be negative, got %v", cfg.settle)
 	case fs.NArg() == 0:
 		return config{}, errors.New("no command given: put the program to run after --, e.g. starrun -n 2 -- ./prog")
 	}
@@ -85,6 +91,8 @@ func writeHelp(w io.Writer) {
 	fs := newFlagSet(&cfg)
 	fmt.Fprintln(w, synopsis)
 	fmt.Fprintln(w, "\nStarts N local ranks of CMD wired to a TCP coordinator on 127.0.0.1 through COBRE_* variables.")
+	fmt.Fprintln(w, "When a rank fails, stops the others and, once all have exited, names the root cause from the")
+	fmt.Fprintln(w, "ranks' error records (COBRE_ERROR_FILE) and exits with its code.")
 	fmt.Fprintln(w, "\nFlags (- and -- are equivalent):")
 	fs.SetOutput(w)
 	fs.PrintDefaults()

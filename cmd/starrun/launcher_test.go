@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -6,13 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/starcomm/starcomm/internal/launch"
 )
 
 // jobTimeout is the watchdog on one in-process starrun job.
@@ -122,7 +125,7 @@ func TestSuccessEnvironment(t *testing.T) {
 			wantPort: "23456", wantTimeout: "7", wantBind: "127.0.0.1",
 		},
 	}
-	lineRE := regexp.MustCompile(`^\[(\d+)\] rank=(\S+) port=(\S+) size=(\S+) backend=(\S+) coord=(\S+) timeout=(\S+) bind=(\S+) connect=(\S+)$`)
+	lineRE := regexp.MustCompile(`^\[(\d+)\] rank=(\S+) port=(\S+) size=(\S+) backend=(\S+) coord=(\S+) timeout=(\S+) bind=(\S+) connect=(\S+) errfile=rank-(\d+)\.json$`)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -142,8 +145,8 @@ func TestSuccessEnvironment(t *testing.T) {
 				if m == nil {
 					t.Fatalf("stdout line %q does not match %v", l, lineRE)
 				}
-				if m[1] != m[2] {
-					t.Errorf("line %q: prefix [%s] but COBRE_TCP_RANK=%s", l, m[1], m[2])
+				if m[1] != m[2] || m[2] != m[10] {
+					t.Errorf("line %q: prefix [%s] but COBRE_TCP_RANK=%s, COBRE_ERROR_FILE=.../rank-%s.json", l, m[1], m[2], m[10])
 				}
 				r, _ := strconv.Atoi(m[2])
 				ranks = append(ranks, r)
@@ -153,7 +156,7 @@ func TestSuccessEnvironment(t *testing.T) {
 					t.Errorf("ranks got different ports: %s and %s", port, m[3])
 				}
 				want := []string{strconv.Itoa(tt.n), "tcp", "127.0.0.1", tt.wantTimeout, tt.wantBind, "1234"}
-				if got := m[4:]; !slices.Equal(got, want) {
+				if got := m[4:10]; !slices.Equal(got, want) {
 					t.Errorf("line %q: size, backend, coord, timeout, bind, connect = %v, want %v", l, got, want)
 				}
 			}
@@ -242,8 +245,14 @@ func TestFirstFailureStopsEveryRank(t *testing.T) {
 			if len(msgs) == 0 || msgs[0] != want {
 				t.Errorf("starrun's first message = %q, want %q; stderr:\n%s", msgs, want, stderr)
 			}
-			if n := strings.Count(stderr, "starrun: rank "); n != 1 {
+			if n := strings.Count(stderr, "; stopping the other ranks"); n != 1 {
 				t.Errorf("%d failures reported, want only the first; stderr:\n%s", n, stderr)
+			}
+			// No rank left an error record: the first failure is the root
+			// cause, named again on the last line.
+			want = fmt.Sprintf("starrun: rank %d (pid %d) %s: root cause (the first rank to fail; no rank left an error record)", tt.failed, pids[tt.failed], tt.wantWhat)
+			if len(msgs) == 0 || msgs[len(msgs)-1] != want {
+				t.Errorf("starrun's last message = %q, want %q; stderr:\n%s", msgs, want, stderr)
 			}
 			killed := strings.Contains(stderr, "grace period of "+tt.grace+" is over")
 			if killed != tt.wantKilled {
@@ -410,43 +419,23 @@ func TestCommandNotFound(t *testing.T) {
 	}
 }
 
-func TestRankEnv(t *testing.T) {
+func TestJobConfig(t *testing.T) {
 	t.Parallel()
-	base := []string{"PATH=/bin", "COBRE_TCP_RANK=7", "COBRE_TCP_TIMEOUT_SECS=9", "COBRE_TCP_BIND_ADDR=1.2.3.4"}
-	procs := fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/3))
-	tests := []struct {
-		name string
-		cfg  config
-		want []string
-	}{
-		{
-			name: "flags=none", cfg: config{n: 3},
-			want: []string{
-				"PATH=/bin", "COBRE_TCP_TIMEOUT_SECS=9", "COBRE_TCP_BIND_ADDR=1.2.3.4",
-				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
-				procs,
-			},
-		},
-		{
-			name: "flags=timeout,bind", cfg: config{n: 3, timeout: 5, bind: "0.0.0.0"},
-			want: []string{
-				"PATH=/bin",
-				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
-				"COBRE_TCP_TIMEOUT_SECS=5", "COBRE_TCP_BIND_ADDR=0.0.0.0",
-				procs,
-			},
-		},
+	sigs := make(chan os.Signal)
+	var stdout, stderr bytes.Buffer
+	l := &Launcher{Stdout: &stdout, Stderr: &stderr, Env: []string{"A=1"}, Signals: sigs}
+	cfg, err := parseArgs([]string{"-n", "3", "--port", "4242", "--timeout", "7", "--bind", "0.0.0.0", "--grace", "1s", "--", "prog", "arg"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := rankEnv(base, tt.cfg, 4242, 1); !slices.Equal(got, tt.want) {
-				t.Errorf("rankEnv = %q, want %q", got, tt.want)
-			}
-		})
+	got := l.jobConfig(cfg)
+	if got.Name != "starrun" || !slices.Equal(got.Command, []string{"prog", "arg"}) || got.Ranks != 3 || got.Port != 4242 ||
+		got.Timeout != 7 || got.Bind != "0.0.0.0" || got.Grace != time.Second || !slices.Equal(got.Env, l.Env) ||
+		got.Stdout != l.Stdout || got.Stderr != l.Stderr || got.Output != launch.PrefixAll || got.Signals != l.Signals || got.PeerFailedCode != 0 {
+		t.Errorf("jobConfig = %+v", got)
 	}
-	// A GOMAXPROCS of the user's own passes through unchanged.
-	got := rankEnv([]string{"GOMAXPROCS=7"}, config{n: 3}, 4242, 1)
-	if !slices.Contains(got, "GOMAXPROCS=7") || slices.Contains(got, procs) {
-		t.Errorf("rankEnv with GOMAXPROCS=7 inherited = %q, want it kept and no other GOMAXPROCS", got)
+	cfg, _ = parseArgs([]string{"-n", "2", "--", "prog"})
+	if got := l.jobConfig(cfg); got.Port != 0 || got.Timeout != 0 || got.Bind != "" || got.Grace != launch.DefaultGrace {
+		t.Errorf("jobConfig without flags = %+v, want a free port, the inherited timeout and bind address, the default grace", got)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -13,6 +15,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/starcomm/starcomm/internal/errfile"
+	"github.com/starcomm/starcomm/internal/launch/launchtest"
 )
 
 // The test binary doubles as the fake rank: starrun is pointed at it with
@@ -33,8 +38,10 @@ const (
 // fakeTimeout bounds every wait inside a fake rank, so a broken test ends.
 const fakeTimeout = 10 * time.Second
 
-// TestMain runs the tests, or acts as a fake rank or grandchild.
+// TestMain runs the tests, or acts as a fake rank or grandchild, or as a
+// scripted rank of internal/launch/launchtest.
 func TestMain(m *testing.M) {
+	launchtest.MaybeRank()
 	if path := os.Getenv(envGrandchild); path != "" {
 		os.Exit(fakeGrandchild(path))
 	}
@@ -78,10 +85,10 @@ func fakeRank(plan string) int {
 
 	switch {
 	case action == "env":
-		fmt.Printf("rank=%s port=%s size=%s backend=%s coord=%s timeout=%s bind=%s connect=%s\n",
+		fmt.Printf("rank=%s port=%s size=%s backend=%s coord=%s timeout=%s bind=%s connect=%s errfile=%s\n",
 			envOr("COBRE_TCP_RANK"), envOr("COBRE_TCP_PORT"), envOr("COBRE_TCP_SIZE"),
 			envOr("COBRE_COMM_BACKEND"), envOr("COBRE_TCP_COORDINATOR"), envOr("COBRE_TCP_TIMEOUT_SECS"),
-			envOr("COBRE_TCP_BIND_ADDR"), envOr("COBRE_TCP_CONNECT_TIMEOUT_MS"))
+			envOr("COBRE_TCP_BIND_ADDR"), envOr("COBRE_TCP_CONNECT_TIMEOUT_MS"), filepath.Base(envOr(errfile.Env)))
 		fmt.Fprintf(os.Stderr, "stderr of rank %d\n", rank)
 		return 0
 	case strings.HasPrefix(action, "exit"):

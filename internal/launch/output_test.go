@@ -1,10 +1,12 @@
-package main
+package launch
 
 import (
 	"bytes"
 	"errors"
 	"io"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
 )
@@ -35,7 +37,7 @@ func TestCopyLines(t *testing.T) {
 		{name: "input=exactly-max", in: "12345678\n", maxLine: 8, want: []string{"[3] 12345678\n"}},
 		{name: "input=over-max", in: "123456789\nz\n", maxLine: 4, want: []string{"[3] 1234\n", "[3] 5678\n", "[3] 9\n", "[3] z\n"}},
 		{name: "input=over-max-partial", in: "123456789", maxLine: 4, want: []string{"[3] 1234\n", "[3] 5678\n", "[3] 9\n"}},
-		{name: "input=longer-than-buffer", in: big + "\nend", maxLine: maxLineBytes, want: []string{"[3] " + big + "\n", "[3] end\n"}},
+		{name: "input=longer-than-buffer", in: big + "\nend", maxLine: MaxLineBytes, want: []string{"[3] " + big + "\n", "[3] end\n"}},
 	}
 	readers := map[string]func(string) io.Reader{
 		"reader=whole":    func(s string) io.Reader { return strings.NewReader(s) },
@@ -66,11 +68,73 @@ func TestCopyLinesReadError(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
 	var out bytes.Buffer
-	err := copyLines(&out, io.MultiReader(strings.NewReader("a\nhalf"), iotest.ErrReader(boom)), "[0] ", maxLineBytes)
+	err := copyLines(&out, io.MultiReader(strings.NewReader("a\nhalf"), iotest.ErrReader(boom)), "[0] ", MaxLineBytes)
 	if !errors.Is(err, boom) {
 		t.Errorf("copyLines error = %v, want %v", err, boom)
 	}
 	if want := "[0] a\n[0] half\n"; out.String() != want {
 		t.Errorf("output = %q, want %q", out.String(), want)
+	}
+}
+
+func TestCopyRaw(t *testing.T) {
+	t.Parallel()
+	in := "no prefix\n" + strings.Repeat("z", readBufferBytes+5) + "\nlast, no newline"
+	var w recordingWriter
+	if err := copyRaw(&w, iotest.HalfReader(strings.NewReader(in))); err != nil {
+		t.Fatalf("copyRaw: %v", err)
+	}
+	if got := strings.Join(w.writes, ""); got != in {
+		t.Errorf("copyRaw changed the bytes: got %d bytes, want %d", len(got), len(in))
+	}
+	boom := errors.New("boom")
+	if err := copyRaw(&w, iotest.ErrReader(boom)); !errors.Is(err, boom) {
+		t.Errorf("copyRaw error = %v, want %v", err, boom)
+	}
+}
+
+func TestSyncWriterKeepsLinesWhole(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	w := &SyncWriter{W: &buf}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for range 200 {
+				w.Printf("[%d] %s", g, strings.Repeat("x", 100))
+			}
+		})
+	}
+	wg.Wait()
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 8*200 {
+		t.Fatalf("%d lines, want %d", len(lines), 8*200)
+	}
+	re := regexp.MustCompile(`^\[\d\] x{100}$`)
+	for _, l := range lines {
+		if !re.MatchString(l) {
+			t.Fatalf("line %q was cut or interleaved", l)
+		}
+	}
+}
+
+// sliceWriter is a writer whose values cannot be compared.
+type sliceWriter []byte
+
+// Write discards p.
+func (sliceWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+func TestSameWriter(t *testing.T) {
+	t.Parallel()
+	var a, b bytes.Buffer
+	for _, tc := range []struct {
+		x, y io.Writer
+		want bool
+	}{
+		{&a, &a, true}, {&a, &b, false}, {sliceWriter{}, sliceWriter{}, false}, {nil, nil, false}, {&a, io.Discard, false},
+	} {
+		if got := sameWriter(tc.x, tc.y); got != tc.want {
+			t.Errorf("sameWriter(%T, %T) = %v, want %v", tc.x, tc.y, got, tc.want)
+		}
 	}
 }

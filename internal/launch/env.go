@@ -1,15 +1,48 @@
-// Package ranks holds what the two commands that start local rank processes
-// (cmd/starrun and cmd/starbench) share: each rank's environment, the
-// process attributes that keep a rank and its children in one process group,
-// and a writer that keeps the ranks' output lines whole.
-package ranks
+package launch
 
 import (
 	"fmt"
-	"io"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
-	"sync"
+
+	"github.com/starcomm/starcomm/internal/errfile"
 )
+
+// Coordinator is the host every rank is told rank 0 listens on
+// (COBRE_TCP_COORDINATOR): the ranks of a job all run on this host.
+const Coordinator = "127.0.0.1"
+
+// rankEnv returns the environment of rank r of the job cfg describes, with
+// rank 0 on port and the rank's error file in errDir: base without the
+// variables the launcher sets, followed by them. Unless base sets
+// GOMAXPROCS, each rank gets GOMAXPROCS = max(1, CPUs / ranks).
+func rankEnv(base []string, cfg *Config, port, r int, errDir string) []string {
+	set := []string{
+		"COBRE_COMM_BACKEND=tcp",
+		"COBRE_TCP_COORDINATOR=" + Coordinator,
+		"COBRE_TCP_PORT=" + strconv.Itoa(port),
+		"COBRE_TCP_RANK=" + strconv.Itoa(r),
+		"COBRE_TCP_SIZE=" + strconv.Itoa(cfg.Ranks),
+	}
+	if cfg.Timeout > 0 {
+		set = append(set, "COBRE_TCP_TIMEOUT_SECS="+strconv.FormatFloat(cfg.Timeout, 'g', -1, 64))
+	}
+	if cfg.Bind != "" {
+		set = append(set, "COBRE_TCP_BIND_ADDR="+cfg.Bind)
+	}
+	set = append(set, errfile.Env+"="+errorFile(errDir, r))
+	if kv, ok := GoMaxProcs(base, cfg.Ranks, runtime.NumCPU()); ok {
+		set = append(set, kv)
+	}
+	return Env(base, set...)
+}
+
+// errorFile is the path of rank r's error record in the job's directory dir.
+func errorFile(dir string, r int) string {
+	return filepath.Join(dir, "rank-"+strconv.Itoa(r)+".json")
+}
 
 // Env returns base with every variable that set assigns removed, followed by
 // set: a child's environment with the launcher's variables replacing any
@@ -27,26 +60,6 @@ func Env(base []string, set ...string) []string {
 		}
 	}
 	return append(env, set...)
-}
-
-// SyncWriter serializes writes to W: every Write reaches W whole and alone,
-// so lines written with one Write never interleave. The zero value with W
-// set is ready to use.
-type SyncWriter struct {
-	mu sync.Mutex
-	W  io.Writer
-}
-
-// Write writes p to W while holding the lock.
-func (s *SyncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.W.Write(p)
-}
-
-// Printf writes one formatted line (a newline is appended) with one Write.
-func (s *SyncWriter) Printf(format string, args ...any) {
-	fmt.Fprintf(s, format+"\n", args...)
 }
 
 // GoMaxProcs returns the GOMAXPROCS setting for each of n ranks started on a

@@ -1,0 +1,526 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/starcomm/starcomm/internal/errfile"
+)
+
+// Output chooses where the ranks' output goes.
+type Output int
+
+const (
+	// PrefixAll copies every line a rank writes to the launcher's stream of
+	// the same kind (standard output to Stdout, standard error to Stderr),
+	// prefixed with "[r] ". This is starrun's presentation.
+	PrefixAll Output = iota
+	// Rank0Stdout copies rank 0's standard output to Stdout unchanged and
+	// every other line (rank 0's standard error, both streams of the other
+	// ranks) to Stderr prefixed with "[r] ". This is starbench's: the
+	// results alone on standard output.
+	Rank0Stdout
+)
+
+// Exit codes of the launcher's own failures; the others come from the
+// ranks (see Result.Code).
+const (
+	ExitLaunchError = 1   // the job could not be set up (port, directory, pipes, fork)
+	ExitCannotExec  = 126 // the command exists but could not be started
+	ExitNotFound    = 127 // the command was not found
+)
+
+// DefaultGrace is the time ranks get between SIGTERM and SIGKILL when a job
+// is stopped, unless Config.Grace says otherwise.
+const DefaultGrace = 5 * time.Second
+
+// DefaultSettle is the time the other ranks get to end on their own after
+// the first one fails, before they are stopped, unless Config.Settle says
+// otherwise: starcomm tells every rank of a failure within milliseconds,
+// so they end with their own errors and codes, and a rank that panics
+// finishes printing its stack trace.
+const DefaultSettle = time.Second
+
+// drainTimeout bounds how long the launcher waits, after every rank has
+// exited, for their output pipes to reach end of file. Only a process that
+// left its rank's process group can keep a pipe open that long; the
+// launcher then closes its end and stops copying.
+const drainTimeout = 2 * time.Second
+
+// Config describes one job: N ranks of one command on this host.
+type Config struct {
+	// Name is the launcher's name, put before each of its messages
+	// ("starrun: ...").
+	Name string
+	// Command is the program each rank runs and its arguments; not empty.
+	Command []string
+	// Ranks is the number of ranks, at least 1.
+	Ranks int
+	// Port is rank 0's TCP port (COBRE_TCP_PORT); 0 picks a free one.
+	Port int
+	// Timeout is the collective timeout in seconds passed as
+	// COBRE_TCP_TIMEOUT_SECS; 0 leaves the variable as inherited.
+	Timeout float64
+	// Bind is the address rank 0 listens on, passed as COBRE_TCP_BIND_ADDR
+	// and used to pick a free port; "" leaves the variable as inherited
+	// (the port is then picked on 127.0.0.1).
+	Bind string
+	// Grace is the time between SIGTERM and SIGKILL when the job is
+	// stopped; 0 sends SIGKILL right after SIGTERM.
+	Grace time.Duration
+	// Settle is how long, after the first rank fails, the others get to
+	// end on their own before they are stopped (see DefaultSettle); 0
+	// stops them at once.
+	Settle time.Duration
+	// Env is the environment every rank starts from; nil means
+	// os.Environ().
+	Env []string
+	// Stdout and Stderr receive the ranks' output (see Output) and, on
+	// Stderr, the launcher's messages. Both must be set. Each receives
+	// whole lines, one Write per line.
+	Stdout, Stderr io.Writer
+	// Output is how the ranks' output is presented.
+	Output Output
+	// Signals delivers the signals to forward to the ranks (SIGINT and
+	// SIGTERM); nil means none.
+	Signals <-chan os.Signal
+	// PeerFailedCode, when not 0, is an exit code by which a rank says it
+	// failed because another rank failed first. It is a hint for the blame
+	// rule when no error record decides (see Blame).
+	PeerFailedCode int
+}
+
+// Result is the outcome of a job.
+type Result struct {
+	// Code is the job's exit code:
+	//   - 0 when every rank exited 0;
+	//   - when a rank failed on its own, the root cause's code (its exit
+	//     code, or 128+n when signal n killed it), or, when the launcher had
+	//     to stop the root cause, the code of the first rank to fail;
+	//   - after a forwarded signal, the first non-zero result of a rank
+	//     (130 or 143 when it died from the signal), 0 if all exited 0;
+	//   - ExitNotFound, ExitCannotExec or ExitLaunchError when the job could
+	//     not be set up or a rank could not be started.
+	Code int
+	// Interrupted is the forwarded signal that stopped the job, 0 when the
+	// job was not stopped by a signal (or a rank failed before it came).
+	Interrupted syscall.Signal
+	// SetupFailed is true when the job could not be set up or a rank could
+	// not be started.
+	SetupFailed bool
+	// Verdict is the blame rule's conclusion when a rank failed on its own
+	// (Interrupted and SetupFailed unset); nil otherwise.
+	Verdict *Verdict
+	// Ends are how the started ranks ended, indexed by rank.
+	Ends []End
+}
+
+// job is one running launch: its ranks, its output streams and the channel
+// their exits arrive on.
+type job struct {
+	cfg     *Config
+	stdout  *SyncWriter
+	stderr  *SyncWriter
+	procs   []*proc
+	exits   chan exitEvent // buffered for every rank, so waiters never block
+	pipes   []*os.File     // read ends of the ranks' output pipes
+	copiers sync.WaitGroup // the goroutines copying the pipes
+	reaped  int            // ranks whose exit the supervise loop has seen
+}
+
+// proc is one started rank process. Its fields are owned by the supervise
+// loop, apart from the ones set before the waiter starts.
+type proc struct {
+	id        int
+	cmd       *exec.Cmd
+	pid       int                     // also the rank's process-group id
+	exited    bool                    // its exit has been received
+	sent      map[syscall.Signal]bool // signals the launcher sent it
+	signalled time.Time               // when the launcher first signalled it
+	end       End
+}
+
+// exitEvent reports that a rank's process has ended and been reaped.
+type exitEvent struct {
+	proc  *proc
+	state *os.ProcessState // nil when waiting failed
+	err   error            // the error from Wait when state is nil
+}
+
+// Run starts the job cfg describes, supervises it until every rank has
+// exited and been reaped, reports on cfg.Stderr and returns the outcome.
+//
+// Every rank runs in its own process group, with cfg.Env plus the COBRE_*
+// variables (see the package documentation). As soon as one rank fails
+// (exits non-zero or is killed by a signal), every other rank gets
+// cfg.Settle to end on its own, is then sent SIGTERM, and SIGKILL once
+// cfg.Grace is over; a signal from cfg.Signals is
+// forwarded to every rank the same way, and a second one kills them. Once
+// all have exited, the launcher reads their error records, names the root
+// cause (Blame) and removes the records.
+func Run(cfg Config) Result {
+	j := &job{cfg: &cfg, stderr: &SyncWriter{W: cfg.Stderr}, exits: make(chan exitEvent, max(cfg.Ranks, 0))}
+	j.stdout = &SyncWriter{W: cfg.Stdout}
+	if sameWriter(cfg.Stdout, cfg.Stderr) {
+		j.stdout = j.stderr // one lock, so lines never interleave
+	}
+	if cfg.Ranks < 1 || len(cfg.Command) == 0 {
+		j.printf("no ranks to start (ranks=%d, command %q)", cfg.Ranks, cfg.Command)
+		return Result{Code: ExitLaunchError, SetupFailed: true}
+	}
+	errDir, err := os.MkdirTemp("", "starcomm-job-")
+	if err != nil {
+		j.printf("cannot create the directory for the ranks' error records: %v", err)
+		return Result{Code: ExitLaunchError, SetupFailed: true}
+	}
+	defer os.RemoveAll(errDir)
+	port := cfg.Port
+	if port == 0 {
+		host := cfg.Bind
+		if host == "" {
+			host = Coordinator
+		}
+		p, err := freePort(host)
+		if err != nil {
+			j.printf("cannot pick a free port on %s: %v", host, err)
+			return Result{Code: ExitLaunchError, SetupFailed: true}
+		}
+		port = p
+	}
+	base := cfg.Env
+	if base == nil {
+		base = os.Environ()
+	}
+
+	startCode := 0
+	for r := 0; r < cfg.Ranks; r++ {
+		if err := j.start(r, rankEnv(base, &cfg, port, r, errDir)); err != nil {
+			msg := fmt.Sprintf("cannot start rank %d: %v", r, err)
+			if len(j.procs) > 0 {
+				msg += "; stopping the other ranks"
+			}
+			j.printf("%s", msg)
+			startCode = exitCodeForStart(err)
+			break
+		}
+	}
+	res, failed := j.supervise(startCode)
+	j.drain()
+	if failed {
+		recs := j.readRecords(errDir)
+		v := Blame(res.Ends, recs, cfg.PeerFailedCode)
+		res.Verdict, res.Code = &v, v.Code
+		if cfg.Ranks > 1 || v.Records > 0 {
+			j.printf("%s", v.Summary(cfg.Name, res.Ends))
+		}
+	}
+	return res
+}
+
+// sameWriter reports whether a and b are the same writer (false when they
+// cannot be compared).
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a != nil && a == b
+}
+
+// printf writes one of the launcher's messages, a line starting with its
+// name, to Stderr.
+func (j *job) printf(format string, args ...any) {
+	j.stderr.Printf("%s: "+format, append([]any{j.cfg.Name}, args...)...)
+}
+
+// freePort asks the kernel for a free TCP port on host and releases it;
+// another program could take it before rank 0 listens.
+func freePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// exitCodeForStart is the exit code when a rank cannot be started: 127
+// when the command does not exist, 126 when it cannot be executed, 1 when
+// something else (a pipe, fork) failed.
+func exitCodeForStart(err error) int {
+	var execErr *exec.Error
+	switch {
+	case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+		return ExitNotFound
+	case errors.As(err, &execErr) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC):
+		return ExitCannotExec
+	default:
+		return ExitLaunchError
+	}
+}
+
+// start starts rank r with environment env, the goroutines copying its
+// output, and the goroutine that reaps it and reports its exit.
+func (j *job) start(r int, env []string) error {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	cmd := exec.Command(j.cfg.Command[0], j.cfg.Command[1:]...)
+	cmd.Env = env
+	cmd.Stdin = nil // /dev/null
+	cmd.Stdout = outW
+	cmd.Stderr = errW
+	cmd.SysProcAttr = sysProcAttr()
+	err = cmd.Start()
+	// The rank holds its own copies of the write ends; closing ours makes
+	// the readers see EOF once the rank's group is gone.
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return err
+	}
+
+	p := &proc{id: r, cmd: cmd, pid: cmd.Process.Pid, sent: map[syscall.Signal]bool{}}
+	j.procs = append(j.procs, p)
+	j.pipes = append(j.pipes, outR, errR)
+	prefix := "[" + strconv.Itoa(r) + "] "
+	copyOut := func() error { return copyLines(j.stdout, outR, prefix, MaxLineBytes) }
+	switch {
+	case j.cfg.Output == Rank0Stdout && r == 0:
+		copyOut = func() error { return copyRaw(j.stdout, outR) }
+	case j.cfg.Output == Rank0Stdout:
+		copyOut = func() error { return copyLines(j.stderr, outR, prefix, MaxLineBytes) }
+	}
+	j.copiers.Add(2)
+	go func() {
+		defer j.copiers.Done()
+		_ = copyOut()
+	}()
+	go func() {
+		defer j.copiers.Done()
+		_ = copyLines(j.stderr, errR, prefix, MaxLineBytes)
+	}()
+	go func() {
+		err := cmd.Wait()
+		// Whatever the rank left behind in its group dies with it.
+		killLeftovers(p.pid)
+		j.exits <- exitEvent{proc: p, state: cmd.ProcessState, err: err}
+	}()
+	return nil
+}
+
+// signal sends sig to rank p's process group, noting when and what.
+func (j *job) signal(p *proc, sig syscall.Signal) {
+	if p.signalled.IsZero() {
+		p.signalled = time.Now()
+	}
+	p.sent[signalGroup(p.cmd.Process, sig)] = true
+}
+
+// kill sends SIGKILL to rank p's process group and to p itself.
+func (j *job) kill(p *proc) {
+	if p.signalled.IsZero() {
+		p.signalled = time.Now()
+	}
+	p.sent[syscall.SIGKILL] = true
+	killGroup(p.cmd.Process)
+}
+
+// ended turns a rank's reaped exit into its End.
+func (j *job) ended(ev exitEvent) End {
+	p := ev.proc
+	e := End{PID: p.pid, Signalled: p.signalled, Order: j.reaped}
+	j.reaped++
+	if ev.state == nil {
+		e.Code, e.How = ExitLaunchError, fmt.Sprintf("could not be waited for: %v", ev.err)
+		return e
+	}
+	code, sig, signaled, core := decodeStatus(ev.state)
+	e.Code = code
+	if !signaled {
+		e.How = fmt.Sprintf("exited with code %d", code)
+		return e
+	}
+	e.How = "was killed by signal " + SignalName(sig)
+	if core {
+		e.How += " (core dumped)"
+	}
+	e.Stopped = p.sent[sig]
+	return e
+}
+
+// supervise waits until every started rank has exited and returns the
+// job's result before blame, and whether a rank failed on its own first
+// (then the blame rule decides the code). startCode is non-zero when
+// starting the ranks failed, in which case the started ranks are stopped
+// at once and startCode is the result's code.
+//
+// The first rank to fail on its own stops the others; a forwarded signal
+// stops all ranks and the first non-zero result after it decides the code. Stopping sends a signal to
+// every running rank's group and SIGKILL when the grace period is over or
+// a second signal arrives.
+func (j *job) supervise(startCode int) (res Result, failed bool) {
+	res = Result{Code: startCode, SetupFailed: startCode != 0}
+	running := len(j.procs)
+	stopping := false
+	var grace, settle *time.Timer
+	var graceOver, settleOver <-chan time.Time
+	stop := func(sig syscall.Signal) {
+		stopping = true
+		settleOver = nil
+		for _, p := range j.procs {
+			if !p.exited {
+				j.signal(p, sig)
+			}
+		}
+		grace = time.NewTimer(j.cfg.Grace)
+		graceOver = grace.C
+	}
+	if res.SetupFailed {
+		stop(syscall.SIGTERM)
+	}
+
+	for running > 0 {
+		select {
+		case ev := <-j.exits:
+			running--
+			p := ev.proc
+			p.exited = true
+			p.end = j.ended(ev)
+			switch {
+			case p.end.Code == 0 || res.SetupFailed || failed:
+			case !stopping: // the job's first failure
+				failed = true
+				msg := fmt.Sprintf("rank %d (pid %d) %s", p.id, p.pid, p.end.How)
+				switch {
+				case running > 0 && j.cfg.Settle > 0:
+					// They get Settle to end on their own first.
+					msg += "; stopping the other ranks"
+					settle = time.NewTimer(j.cfg.Settle)
+					settleOver = settle.C
+				case running > 0:
+					msg += "; stopping the other ranks"
+					stop(syscall.SIGTERM)
+				}
+				j.printf("%s", msg)
+			case res.Code == 0: // stopped by a forwarded signal: the first non-zero result
+				res.Code = p.end.Code
+			}
+
+		case sig := <-j.cfg.Signals:
+			s, ok := sig.(syscall.Signal)
+			if !ok {
+				s = syscall.SIGTERM
+			}
+			if !stopping {
+				res.Interrupted = s
+				j.printf("received %s; forwarding it to all ranks", SignalName(s))
+				stop(s)
+			} else {
+				j.printf("received %s while stopping; killing all ranks", SignalName(s))
+				j.killRunning()
+			}
+
+		case <-settleOver:
+			settleOver = nil
+			if running > 0 {
+				stop(syscall.SIGTERM)
+			}
+
+		case <-graceOver:
+			graceOver = nil
+			j.printf("grace period of %v is over; killing %s", j.cfg.Grace, j.describeRunning())
+			j.killRunning()
+		}
+	}
+	for _, t := range []*time.Timer{grace, settle} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	res.Ends = make([]End, len(j.procs))
+	for i, p := range j.procs {
+		res.Ends[i] = p.end
+	}
+	return res, failed
+}
+
+// describeRunning names the ranks that have not exited yet, e.g. "ranks 1, 3".
+func (j *job) describeRunning() string {
+	var ids []int
+	for _, p := range j.procs {
+		if !p.exited {
+			ids = append(ids, p.id)
+		}
+	}
+	return rankList(ids)
+}
+
+// killRunning sends SIGKILL to every rank that has not exited yet.
+func (j *job) killRunning() {
+	for _, p := range j.procs {
+		if !p.exited {
+			j.kill(p)
+		}
+	}
+}
+
+// drain waits for the output copiers to finish, at most drainTimeout, then
+// closes the pipes' read ends, which ends any copier still reading.
+func (j *job) drain() {
+	done := make(chan struct{})
+	go func() {
+		j.copiers.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(drainTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		j.printf("rank output still open %v after all ranks exited (held by a process outside their process groups); no longer copying it", drainTimeout)
+		for _, f := range j.pipes {
+			f.Close()
+		}
+		<-done
+	}
+	for _, f := range j.pipes {
+		f.Close()
+	}
+}
+
+// readRecords returns every started rank's error record from dir, nil for
+// a rank without one. An unreadable record is reported and counts as none.
+func (j *job) readRecords(dir string) []*errfile.Record {
+	recs := make([]*errfile.Record, len(j.procs))
+	for r := range j.procs {
+		rec, err := errfile.Read(errorFile(dir, r))
+		switch {
+		case err == nil:
+			recs[r] = &rec
+		case !errors.Is(err, fs.ErrNotExist):
+			j.printf("rank %d's error record is unreadable: %v", r, strings.TrimPrefix(err.Error(), "errfile: "))
+		}
+	}
+	return recs
+}

@@ -13,23 +13,31 @@ type Config struct {
 	Rank int
 	// Size is the number of ranks (>= 1).
 	Size int
-	// Timeout bounds every read and write of a collective (each call moves
-	// at most 4 MiB): a peer that sends nothing for this long is declared
-	// failed, at most min(Timeout/20, 250 ms) later (deadlines are re-armed
-	// lazily, not on every I/O). The spec's COBRE_TCP_TIMEOUT_SECS; default 60 s. A worker
-	// waits min(Timeout/2, 500 ms) longer on its link to the coordinator,
-	// so that the coordinator, which sees a hung rank first, can name it.
+	// Timeout bounds every read and write of a collective, polled or not
+	// (each call moves at most 4 MiB): a peer that lets nothing move for
+	// this long is declared failed, at most min(Timeout/20, 250 ms) later
+	// (deadlines are re-armed lazily, not on every I/O). The spec's
+	// COBRE_TCP_TIMEOUT_SECS; default 60 s. A worker waits min(Timeout/2,
+	// 500 ms) longer on its link to the coordinator, so that the
+	// coordinator, which sees a hung rank first, can name it. A healthy
+	// worker's Close waits this long for the coordinator's Shutdown.
 	Timeout time.Duration
-	// ConnectTimeout bounds start-up: a worker's dial and handshake, and the
-	// coordinator's wait for every worker to register. Default 30 s.
+	// ConnectTimeout bounds start-up, alone: the coordinator's wait for
+	// every worker, and a worker's dial and handshake. The coordinator
+	// answers every worker at once when all have joined (Ack), or when it
+	// gives up (an Abort naming the missing rank), so a worker waits for
+	// that answer up to ConnectTimeout + min(ConnectTimeout/2, 500 ms)
+	// after it registered. Default 30 s.
 	ConnectTimeout time.Duration
 	// HandshakeTimeout is how long the coordinator waits for an accepted
 	// connection's Handshake frame before dropping it. Default 10 s (never
 	// more than ConnectTimeout).
 	HandshakeTimeout time.Duration
-	// ShutdownTimeout bounds how long Close, and the abort that follows a
-	// failure, wait for a peer to take the final Shutdown or Abort frame.
-	// Default 1 s.
+	// ShutdownTimeout bounds how long a healthy coordinator's Close waits
+	// for the workers to take its Shutdown, and how long the links of a
+	// failed communicator linger for their peers to close (Close cuts that
+	// short). A failing collective waits at most min(ShutdownTimeout/2,
+	// 200 ms) for its Aborts to be taken. Default 1 s.
 	ShutdownTimeout time.Duration
 	// Spin is how long a rank polls for a small frame (a payload of at most
 	// 256 KiB) before it parks: the coordinator polls every worker link
@@ -48,6 +56,25 @@ type Config struct {
 	Dialer transport.Dialer
 	// Addr is the coordinator's address, passed to Dialer.
 	Addr string
+	// OnFailure, if set, is called once, with the communicator's first
+	// failure (of start-up, a collective, or Close), synchronously, before
+	// the failing call returns: a program that exits the instant it sees
+	// the error has still reported it (starcomm writes it to
+	// COBRE_ERROR_FILE for the launcher). It must not call the
+	// communicator.
+	OnFailure func(Failure)
+}
+
+// Failure is what OnFailure receives.
+type Failure struct {
+	// Op is the operation that failed: a collective's name (comm.OpBarrier
+	// and the others), OpStartup or OpClose.
+	Op string
+	// Rank is this rank; Blamed the rank at fault as this rank sees it, or
+	// -1 when unknown.
+	Rank, Blamed int
+	// Err is the error the call returns.
+	Err error
 }
 
 // DefaultConfig returns a Config with the default timeouts and no rank,

@@ -18,12 +18,19 @@
 //
 // Start-up: each worker dials the coordinator and sends Handshake (0x08,
 // rank u32 BE, size u32 BE). The coordinator checks that 1 <= rank < size,
-// that the rank is not registered yet and that size matches its own, and
-// answers Ack (0x09, size u32 BE); otherwise it answers Abort (0x0B) with the
-// reason and closes, and keeps waiting for the real ranks. The worker checks
-// the echoed size. The coordinator handshakes connections concurrently, drops
-// one that stays silent for HandshakeTimeout, and closes its listener once
-// every worker has registered.
+// that the rank is not registered yet and that size matches its own; it
+// refuses anything else with Abort (0x0B) and the reason, and keeps waiting
+// for the real ranks. It handshakes connections concurrently, drops one
+// that stays silent for HandshakeTimeout, and frees the rank of a
+// registered worker whose connection closes before start-up is complete.
+// Once every worker has registered, it closes its listener and answers
+// every worker's Handshake with Ack (0x09, size u32 BE) at once, so that
+// every rank leaves start-up together (as MPI_Init does) and start-up is
+// bounded by ConnectTimeout alone; the worker checks the echoed size. A
+// spec-only worker sees an ordinary Ack, only later. If a rank never comes,
+// the coordinator fails after ConnectTimeout naming it, and sends the
+// workers that registered an Abort naming it instead of the Ack; they wait
+// for that answer up to ConnectTimeout (plus a margin) after registering.
 //
 // Allgatherv: worker r sends AllgathervSend (0x01) with its counts[r]
 // elements. The coordinator reads every worker concurrently, straight into
@@ -47,59 +54,112 @@
 // Barrier: every worker sends BarrierReady (0x06, empty); once the
 // coordinator has all of them it sends BarrierGo (0x07, empty) to each.
 //
-// Shutdown: Close on a healthy coordinator sends Shutdown (0x0A, empty) to
-// every worker, half-closes, and waits up to ShutdownTimeout for each worker
-// to close its end. A worker's Close closes its link. A worker that reads
-// Shutdown while expecting a collective fails with ErrShutdown.
+// Shutdown (spec section 5.2): Close on a healthy, idle coordinator sends
+// Shutdown (0x0A, empty) to every worker, half-closes, and waits up to
+// ShutdownTimeout for each worker to close its end. Close on a healthy,
+// idle worker half-closes and waits, at most Timeout, for the Shutdown,
+// then closes: it returns nil on Shutdown and an error naming rank 0 when
+// rank 0 closed without it (it crashed or exited after the last
+// collective), sent something else, or sent nothing in time. A worker that
+// reads Shutdown while in a collective fails (ErrShutdown); a coordinator
+// whose Close finds a worker still sending (it was in a collective that
+// rank 0 never called) or that cannot be sent its Shutdown returns an error
+// naming it.
 //
-// Abort (0x0B, our extension; UTF-8 reason): when a rank fails a collective
+// Abort (0x0B, this package's extension): when a rank fails a collective
 // it sends Abort on every link it still has whose stream is at a frame
-// boundary, reading and discarding what the peer is still sending so that a
-// peer blocked in a write can move on, then closes. The coordinator's reason
-// starts "rank N failed during OP", naming the rank at fault, so that every
-// surviving worker fails at once with a *comm.CollectiveFailedError whose
-// Rank is N, not after the timeout. A peer that only knows the spec sees an
-// unexpected tag and fails too.
+// boundary, reading and discarding what the peer is still sending so that
+// a peer blocked in a write can move on, and the failing collective
+// returns only once every Abort has been taken by the system (or, on an
+// unbuffered transport, by the peer), or after min(ShutdownTimeout/2,
+// 200 ms): a process that exits the instant it sees the error still tells
+// every peer the truth. The payload is a reason for people, starting "rank
+// N failed during OP", then one line of fields for programs:
+//
+//	rank 3 failed during allgatherv (seen by rank 0): ...
+//	starcomm-abort/1 rank=3 op=allgatherv cause=timeout
+//
+// rank is the rank at fault (-1: none), op the operation, cause the class
+// of the failure (timeout, eof, unexpected-eof, reset, pipe, tag, op,
+// shutdown, canceled, deadline, closed, refused). Every surviving worker
+// then fails at once with a *comm.CollectiveFailedError whose Rank is the
+// rank at fault and whose cause errors.Is finds (os.ErrDeadlineExceeded,
+// io.EOF, syscall.ECONNRESET, ...), not after the timeout. A reason without
+// the fields line, as a peer that only knows the reason sends it, is
+// understood too (its rank from a leading "rank N"). A peer that only
+// knows the spec sees an unexpected tag and fails too. A rank whose write
+// fails because its peer is gone first reads what the peer sent last: an
+// Abort waiting there is the error it reports.
+//
+// # One I/O path
+//
+// Every read and write of a link, polled or not, runs under a deadline
+// that is right at that moment: each I/O call first arms the link (see
+// link.arm), which sets the socket's deadline when less than a whole
+// Timeout of it remains, whatever ran on the socket before (a handshake,
+// a large frame, an idle hour). At any moment one goroutine owns a link's
+// I/O: the collective's goroutine, or, on the coordinator, the link's own
+// goroutine while it serves a request that carries the collective's
+// buffers; ownership passes with the request and its result. Close, a
+// cancelled context and a failure on another link of the same collective
+// all stop a collective the same way, by cancelling its links: the
+// current and later I/O of each fails at once with that cause, and the
+// collective ends through its ordinary failure path.
 //
 // # Polling
 //
-// Over a transport that is a transport.Poller (TCP), a rank polls for a
-// small frame (a payload of at most 256 KiB) for up to Config.Spin before
-// it parks a goroutine in the runtime's network poller: the coordinator
-// reads every worker link in turn from the goroutine of the collective, a
-// worker its link to the coordinator, and the coordinator writes small
-// frames to every worker from that goroutine as far as the socket takes
-// them without waiting. Between rounds that found nothing it yields the
-// processor (sched_yield), so that on a host with more ranks than cores the
-// peer it waits for gets to run. Whatever has not arrived or gone out when
-// polling ends (Spin without progress, or Timeout in all) is finished by
-// the link's own goroutine under the timeout, exactly as without polling:
-// a frame may be split between the two at any byte. Failures found while
-// polling (EOF, reset, a bad header, a passed deadline, a cancelled
-// context) are reported as they would be otherwise. Large frames are not
-// polled for: they take long enough on the wire that parking loses
-// nothing, and polling would take a core from the copies.
+// Over a transport that is a transport.Poller (TCP, and pipes), a rank
+// polls for a small frame (a payload of at most 256 KiB) for up to
+// Config.Spin before it parks a goroutine in the runtime's network poller:
+// the coordinator reads every worker link in turn from the goroutine of
+// the collective, a worker its link to the coordinator, and the
+// coordinator writes small frames to every worker from that goroutine as
+// far as the socket takes them without waiting. Between rounds that found
+// nothing it yields the processor (sched_yield), so that on a host with
+// more ranks than cores the peer it waits for gets to run. Whatever has not
+// arrived or gone out when polling ends (Spin without progress, or Timeout
+// in all) is finished by the link's own goroutine under the timeout,
+// exactly as without polling: a frame may be split between the two at any
+// byte. Large frames are not polled for: they take long enough on the wire
+// that parking loses nothing, and polling would take a core from the
+// copies.
 //
 // # Timeouts and failure
 //
 // Config.Timeout bounds every read and write (each call moves at most 4
-// MiB). A closed link surfaces as io.EOF (between frames) or
-// io.ErrUnexpectedEOF (mid-frame), a hang as a deadline error
-// (os.ErrDeadlineExceeded), a reset as syscall.ECONNRESET; each is kept as
-// the Err of the *comm.CollectiveFailedError. A frame length that differs
-// from this rank's arguments is a *comm.InvalidBufferSizeError (Unit
-// "bytes"); a start-up failure is a *comm.InitializationFailedError.
+// MiB): a peer that lets nothing move for Timeout is declared failed,
+// within Timeout + min(Timeout/20, 250 ms). A rank that computes between
+// collectives for less than the timeout is not failed, whatever it does.
+// A closed link surfaces as io.EOF (between frames) or io.ErrUnexpectedEOF
+// (mid-frame), a hang as a deadline error (os.ErrDeadlineExceeded), a
+// reset as syscall.ECONNRESET, a connection the system gave up on
+// (ETIMEDOUT) as a deadline error that keeps the system error too; each is
+// kept as the Err of the *comm.CollectiveFailedError. A frame length that
+// differs from this rank's arguments is a *comm.InvalidBufferSizeError
+// (Unit "bytes"); a start-up failure is a *comm.InitializationFailedError.
 // Cancelling the context of a collective fails it like any other failure.
 // After any failure the communicator is fail-stop: every later collective
-// returns an error at once. Close always returns within about
-// ShutdownTimeout.
+// returns an error at once. Config.OnFailure hears of the first failure
+// before the failing call returns.
 //
-// Collectives are matched by order alone: all ranks must call the same
-// collectives in the same order; a mismatch (wrong tag, op or length) fails
-// instead of hanging or giving a wrong answer. A mismatch the coordinator
-// can see (a worker's frame has another tag, length or op) fails every rank
-// in that collective. A worker whose counts for other ranks differ from the
-// coordinator's sees it in the AllgathervRecv length and fails; the other
-// ranks, whose arguments agree with the coordinator's, complete that
-// collective correctly and fail at their next one.
+// # What the wire cannot see
+//
+// Collectives are matched by order alone, and the wire carries no counts,
+// element type or root: all ranks must call the same collectives in the
+// same order with agreeing arguments. A mismatch the frames show fails
+// instead of hanging: a frame with another tag (another collective, or a
+// broadcast root that a worker and the coordinator disagree on), a
+// worker's frame whose length differs from what the coordinator's
+// arguments say (counts[r] in allgatherv, the element count in allreduce),
+// an AllgathervRecv or AllreduceRecv whose length differs from what the
+// worker expects (the sum of its counts, its element count), or an
+// Allreduce op that differs from the coordinator's. But a mismatch that
+// keeps every frame's tag and length passes silently, with wrong results:
+// counts permuted across ranks with the same total (each rank places the
+// same bytes at other offsets), element types of the same size
+// (float64 on one rank, int64 on another), or a worker that believes
+// itself the broadcast root when the coordinator does not (it sends its
+// data and returns its own buffer, and the stray frame fails a later
+// collective). Only a check that compares the ranks' arguments can catch
+// those.
 package star

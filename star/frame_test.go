@@ -2,9 +2,13 @@ package star
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"io"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,8 +135,47 @@ func TestAbortFrameParsed(t *testing.T) {
 	require.ErrorAs(t, err, &ab)
 	require.Equal(t, 3, ab.Rank)
 	require.Equal(t, 0, ab.From)
-	require.Equal(t, -1, blamedRank("garbage"))
-	require.Equal(t, -1, blamedRank("rank x"))
+	require.Equal(t, -1, leadingRank("garbage"))
+	require.Equal(t, -1, leadingRank("rank x"))
+}
+
+// TestAbortStructured pins the structured Abort payload: the reason for
+// people, then one line of fields, and reads it back, errors.Is finding
+// the cause class on the receiving rank.
+func TestAbortStructured(t *testing.T) {
+	p := abortPayload(3, "allgatherv", os.ErrDeadlineExceeded, "rank 3 failed during allgatherv (seen by rank 0): hung")
+	require.Equal(t, "rank 3 failed during allgatherv (seen by rank 0): hung\nstarcomm-abort/1 rank=3 op=allgatherv cause=timeout", string(p))
+	var c bufConn
+	c.Write(frameBytes(TagAbort, p))
+	err := newLink(0, &c, time.Second).readFrame(TagBarrierGo)
+	var ab *AbortError
+	require.ErrorAs(t, err, &ab)
+	require.Equal(t, AbortError{From: 0, Rank: 3, Op: "allgatherv", Reason: "rank 3 failed during allgatherv (seen by rank 0): hung", Cause: remoteTimeout{}}, *ab)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.NotErrorIs(t, err, context.DeadlineExceeded)
+
+	// A reason longer than the frame allows is cut; the fields survive.
+	long := abortPayload(-1, "start-up", errRefusedRemote, strings.Repeat("x", 2*MaxAbortReason))
+	require.LessOrEqual(t, len(long), MaxAbortReason)
+	got := parseAbort(0, long)
+	require.Equal(t, -1, got.Rank)
+	require.Equal(t, "start-up", got.Op)
+	require.ErrorIs(t, got, errRefusedRemote)
+}
+
+// TestSystemTimeoutIsDeadline: a connection the system gave up on
+// (TCP_USER_TIMEOUT, keep-alive: ETIMEDOUT) is a no-progress failure like
+// a passed deadline: errors.Is finds os.ErrDeadlineExceeded, and the system
+// error too.
+func TestSystemTimeoutIsDeadline(t *testing.T) {
+	sys := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ETIMEDOUT)}
+	err := edgeErr(sys, false)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.ErrorIs(t, err, syscall.ETIMEDOUT)
+	require.True(t, isTimeout(err))
+	require.Equal(t, "timeout", causeName(err))
+	require.Contains(t, describe(err, time.Minute), "no progress within the 1m0s timeout")
+	require.NotErrorIs(t, edgeErr(io.EOF, false), os.ErrDeadlineExceeded)
 }
 
 // TestWriteChunks checks that a payload larger than one chunk arrives

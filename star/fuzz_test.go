@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/starcomm/starcomm/comm"
 )
 
 // Fuzz targets for the framing layer. Run one with, e.g.,
@@ -140,12 +138,13 @@ func checkReadFrame(t *testing.T, want byte, parts, before [][]byte, total int, 
 		}
 		untouched()
 	}
-	var fe *frameError
+	var le *lengthError
+	var te *tagError
 	var ab *AbortError
 	switch {
 	case lenField == 0:
 		// No room for a tag: a length mismatch (payload length -1).
-		if !errors.As(err, &fe) || fe.kind != "length" || fe.got != -1 || fe.expected != total {
+		if !errors.As(err, &le) || le.got != -1 || le.expected != total {
 			t.Fatalf("LEN 0: err %v", err)
 		}
 		refusedAt(HeaderSize)
@@ -157,9 +156,10 @@ func checkReadFrame(t *testing.T, want byte, parts, before [][]byte, total int, 
 			untouched()
 			return
 		}
-		reason := string(stream[HeaderSize : HeaderSize+n])
-		if !errors.As(err, &ab) || ab.Reason != reason || ab.From != 7 || ab.Rank != blamedRank(reason) || ab.Cause != parseCause(reason) {
-			t.Fatalf("Abort %q: err %#v", reason, err)
+		payload := stream[HeaderSize : HeaderSize+n]
+		w := parseAbort(7, payload)
+		if !errors.As(err, &ab) || ab.Reason != w.Reason || ab.From != 7 || ab.Rank != w.Rank || ab.Op != w.Op || ab.Cause != w.Cause {
+			t.Fatalf("Abort %q: err %#v", payload, err)
 		}
 		refusedAt(HeaderSize + n)
 	case tag != want && tag == TagShutdown && n == 0 && want != TagHandshake:
@@ -168,12 +168,12 @@ func checkReadFrame(t *testing.T, want byte, parts, before [][]byte, total int, 
 		}
 		refusedAt(HeaderSize)
 	case tag != want:
-		if !errors.Is(err, ErrUnexpectedTag) || !errors.As(err, &fe) || fe.tag != tag || fe.want != want {
+		if !errors.Is(err, ErrUnexpectedTag) || !errors.As(err, &te) || te.got != tag || te.want != want {
 			t.Fatalf("tag %s, want %s: err %v", TagName(tag), TagName(want), err)
 		}
 		refusedAt(HeaderSize)
 	case n != total:
-		if !errors.As(err, &fe) || fe.kind != "length" || fe.got != n || fe.expected != total || errors.Is(err, ErrUnexpectedTag) {
+		if !errors.As(err, &le) || le.got != n || le.expected != total || errors.Is(err, ErrUnexpectedTag) {
 			t.Fatalf("LEN %d, expected payload %d: err %v", lenField, total, err)
 		}
 		refusedAt(HeaderSize)
@@ -317,11 +317,14 @@ func FuzzParseHeader(f *testing.F) {
 	})
 }
 
-// FuzzAbortReason checks blamedRank on arbitrary reasons (it returns -1 or
-// the decimal number after a leading "rank ", never panics), that an Abort
-// frame carrying a reason reaches the receiver as that reason (cut at
-// MaxAbortReason), and that the reasons this package writes name the rank
-// at fault.
+// FuzzAbortReason checks the Abort payload both ways. Any payload, as a
+// peer may send it, is read without panicking: its structured line, when
+// there is one, gives the rank (>= -1), op and cause, and the reason is
+// what comes before it; a plain reason gives the rank of a leading "rank
+// N" (or -1) and no cause. And every payload this package writes for a
+// rank, op, cause and reason reads back as exactly those (the reason cut
+// to fit), whatever the reason holds, line breaks and lookalike lines
+// included.
 func FuzzAbortReason(f *testing.F) {
 	f.Add("rank 3 failed during allgatherv: connection reset", 0, 3)
 	f.Add("rank 0", 0, -1)
@@ -333,51 +336,64 @@ func FuzzAbortReason(f *testing.F) {
 	f.Add("rank ١٢ failed", 1, 2) // Arabic-Indic digits are not ranks
 	f.Add("Rank 3 failed", 1, 2)
 	f.Add("", 0, 0)
-	f.Add("rank 1 failed during barrier (seen by rank 0) [cause=timeout]: hung", 0, 1)
-	f.Add("[cause=eof] [cause=nope]", 0, 1)
-	f.Add("[cause=reset", 0, 1)
-	f.Fuzz(func(t *testing.T, reason string, self, blamed int) {
-		got := blamedRank(reason)
-		want := -1
-		if rest, ok := strings.CutPrefix(reason, "rank "); ok {
-			end := 0
-			for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
-				end++
-			}
-			if n, err := strconv.Atoi(rest[:end]); end > 0 && err == nil {
-				want = n
-			}
-		}
-		if got != want || got < -1 {
-			t.Fatalf("blamedRank(%q) = %d, want %d", reason, got, want)
-		}
-
+	f.Add("rank 1 failed during barrier\nstarcomm-abort/1 rank=1 op=barrier cause=timeout", 0, 1)
+	f.Add("x\nstarcomm-abort/1 rank=-5 op= cause=nope rank=zz", 0, 1)
+	f.Add("starcomm-abort/1 rank=2", 3, 2)
+	f.Add(strings.Repeat("\u00e9", MaxAbortReason), 1, 1)
+	f.Fuzz(func(t *testing.T, text string, which, blamed int) {
+		// Whatever arrives.
 		var c bufConn
-		c.Write(EncodeAbort(reason))
+		c.Write(EncodeAbort(text))
 		l := newLink(2, &c, time.Second)
 		err := l.readFrame(TagBarrierGo)
-		sent := string(capReason([]byte(reason)))
 		var ab *AbortError
-		if !errors.As(err, &ab) || ab.Reason != sent || ab.Rank != blamedRank(sent) || ab.Cause != parseCause(sent) || ab.From != 2 || c.Len() != 0 {
-			t.Fatalf("Abort %q read as %v (%d bytes left)", sent, err, c.Len())
+		if !errors.As(err, &ab) || ab.From != 2 || ab.Rank < -1 || c.Len() != 0 {
+			t.Fatalf("Abort %q read as %v (%d bytes left)", text, err, c.Len())
+		}
+		sent := string(capBytes([]byte(text), MaxAbortReason))
+		i := strings.LastIndexByte(sent, '\n')
+		structured := i >= 0 && strings.HasPrefix(sent[i+1:], abortStructMark)
+		switch {
+		case structured && ab.Reason != sent[:i]:
+			t.Fatalf("structured Abort %q: reason %q", sent, ab.Reason)
+		case !structured && (ab.Reason != sent || ab.Rank != leadingRankOracle(sent) || ab.Cause != nil || ab.Op != ""):
+			t.Fatalf("plain Abort %q read as %+v", sent, ab)
 		}
 
-		// The reasons this package writes start with the rank they blame.
-		self = max(self, 0) & (1<<20 - 1) // a rank
-		blame := max(blamed, 0)
-		cf := &comm.CollectiveFailedError{Operation: "barrier", Rank: blamed, Message: reason}
-		if r := blamedRank(abortReason(blame, self, reason, errors.New(reason), cf)); r != blame {
-			t.Fatalf("abortReason(blame %d, self %d, op %q) blames %d", blame, self, reason, r)
+		// What this package writes.
+		names := []string{"timeout", "eof", "unexpected-eof", "reset", "pipe", "tag", "op", "shutdown", "canceled", "deadline", "closed", "refused", ""}
+		name := names[uint(which)%uint(len(names))]
+		cause := causes[name]
+		rank := max(blamed, -1) & (1<<20 - 1)
+		if blamed < 0 {
+			rank = -1
 		}
-
-		// A cause token names one of the known causes, and that cause
-		// classifies back to the same token.
-		if cause := parseCause(reason); cause != nil {
-			_, rest, _ := strings.Cut(reason, "[cause=")
-			name, _, _ := strings.Cut(rest, "]")
-			if causeName(cause) != name {
-				t.Fatalf("reason %q: cause %v classifies as %q", reason, cause, causeName(cause))
-			}
+		op := "allreduce"
+		got := parseAbort(1, abortPayload(rank, op, cause, text))
+		wantReason := string(capBytes([]byte(text), MaxAbortReason-len(abortStructMark)-64))
+		if got.Rank != rank || got.Op != op || got.Cause != cause || !strings.HasPrefix(text, got.Reason) || len(got.Reason) < len(wantReason) {
+			t.Fatalf("abortPayload(%d, %q, %q, %q) read back as %+v", rank, op, name, text, got)
+		}
+		if cause != nil && causeName(cause) != name {
+			t.Fatalf("cause %q classifies as %q", name, causeName(cause))
 		}
 	})
+}
+
+// leadingRankOracle is the plain reason's rank, computed independently of
+// leadingRank: the decimal digits after a leading "rank ", or -1.
+func leadingRankOracle(reason string) int {
+	rest, ok := strings.CutPrefix(reason, "rank ")
+	if !ok {
+		return -1
+	}
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	n, err := strconv.Atoi(rest[:end])
+	if end == 0 || err != nil {
+		return -1
+	}
+	return n
 }

@@ -5,10 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/starcomm/starcomm/transport"
 )
 
 // Handshake payload sizes (spec section 2.2).
@@ -31,16 +28,6 @@ func EncodeAck(size int) []byte {
 	b := make([]byte, HeaderSize+ackLen)
 	PutHeader(b, TagAck, ackLen)
 	binary.BigEndian.PutUint32(b[5:9], uint32(size))
-	return b
-}
-
-// EncodeAbort returns the full Abort frame carrying reason, cut to
-// MaxAbortReason bytes on a UTF-8 boundary.
-func EncodeAbort(reason string) []byte {
-	reason = string(capReason([]byte(reason)))
-	b := make([]byte, HeaderSize+len(reason))
-	PutHeader(b, TagAbort, len(reason))
-	copy(b[HeaderSize:], reason)
 	return b
 }
 
@@ -76,181 +63,57 @@ func checkHandshake(rank, size uint32, mySize int, taken func(int) bool) string 
 	return ""
 }
 
-// accept runs the coordinator's start-up: accept connections, handshake each
-// one concurrently (so a silent connection never blocks the others), and
-// return the links of workers 1..size-1 once all have registered. Refused
-// connections get an Abort frame with the reason and are closed; the
-// coordinator keeps waiting for the real ranks.
-func accept(ctx context.Context, cfg Config) ([]*link, error) {
-	ln := cfg.Listener
-	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	defer cancel()
-
-	var (
-		mu       sync.Mutex
-		links    = make([]*link, cfg.Size)
-		reserved = make([]bool, cfg.Size)
-		pending  = map[transport.Conn]bool{} // connections mid-handshake
-		joined   = 0
-		all      = make(chan struct{})
-		refusals []string
-		wg       sync.WaitGroup
-	)
-	handshake := func(conn transport.Conn) {
-		defer wg.Done()
-		l := newLink(-1, conn, cfg.HandshakeTimeout)
-		// The whole Handshake frame, and the Ack, within HandshakeTimeout.
-		l.deadline = time.Now().Add(cfg.HandshakeTimeout)
-		refuse := func(reason string) {
-			mu.Lock()
-			refusals = append(refusals, reason)
-			mu.Unlock()
-			// Drain while answering: the peer may still be blocked writing
-			// the rest of a frame we refused to read.
-			l.wdirty = false
-			l.linger(TagAbort, []byte(reason), cfg.ShutdownTimeout)
-			mu.Lock()
-			delete(pending, conn)
-			mu.Unlock()
-		}
-		var payload [handshakeLen]byte
-		if err := l.readFrame(TagHandshake, payload[:]); err != nil {
-			refuse(fmt.Sprintf("bad handshake: %v", err))
-			return
-		}
-		rank, size, _ := ParseHandshake(payload[:])
-		mu.Lock()
-		reason := checkHandshake(rank, size, cfg.Size, func(r int) bool { return reserved[r] })
-		if reason == "" {
-			reserved[rank] = true
-		}
-		mu.Unlock()
-		if reason != "" {
-			refuse(reason)
-			return
-		}
-		_ = conn.SetWriteDeadline(l.deadline)
-		if _, err := conn.Write(EncodeAck(cfg.Size)); err != nil {
-			mu.Lock()
-			reserved[rank] = false
-			delete(pending, conn)
-			mu.Unlock()
-			_ = conn.Close()
-			return
-		}
-		mu.Lock()
-		delete(pending, conn)
-		links[rank] = newLink(int(rank), conn, cfg.Timeout)
-		joined++
-		if joined == cfg.Size-1 {
-			close(all)
-		}
-		mu.Unlock()
-	}
-
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			if joined == cfg.Size-1 {
-				mu.Unlock()
-				_ = conn.Close()
-				continue
-			}
-			pending[conn] = true
-			wg.Add(1)
-			mu.Unlock()
-			go handshake(conn)
-		}
-	}()
-
-	var err error
-	select {
-	case <-all:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	// Stop accepting, drop connections still mid-handshake, and wait for
-	// every start-up goroutine before handing the links to the caller.
-	_ = ln.Close()
-	mu.Lock()
-	for c := range pending {
-		_ = c.Close()
-	}
-	mu.Unlock()
-	wg.Wait()
-	if err == nil || joined == cfg.Size-1 {
-		// Every worker registered (the last one perhaps just as the wait
-		// ended): start-up succeeded.
-		return links, nil
-	}
-	var missing []int
-	for r := 1; r < cfg.Size; r++ {
-		if links[r] == nil {
-			missing = append(missing, r)
-		}
-	}
-	msg := fmt.Sprintf("%d of %d workers registered within %v; missing ranks %v", cfg.Size-1-len(missing), cfg.Size-1, cfg.ConnectTimeout, missing)
-	if len(refusals) > 0 {
-		msg += fmt.Sprintf("; refused %d connection(s), last: %s", len(refusals), refusals[len(refusals)-1])
-	}
-	// Tell the workers that did register which rank never came, so their
-	// first collective fails naming it rather than the coordinator.
-	reason := []byte(abortReason(missing[0], 0, "start-up", err, errors.New(msg)))
-	var lg sync.WaitGroup
-	for _, l := range links {
-		if l != nil {
-			lg.Go(func() { l.linger(TagAbort, reason, cfg.ShutdownTimeout) })
-		}
-	}
-	lg.Wait()
-	return nil, fmt.Errorf("%s: %w", msg, err)
-}
-
-// dial runs a worker's start-up: connect, send Handshake, read Ack.
+// dial runs a worker's start-up: connect (retrying) and send Handshake
+// within ConnectTimeout, then wait for the Ack. The coordinator sends the
+// Acks once every worker has joined, or an Abort saying which rank never
+// came once its own ConnectTimeout is over; it started before this worker
+// registered, so its answer comes within ConnectTimeout of registering. A
+// worker waits that long plus min(ConnectTimeout/2, 500 ms), so that the
+// coordinator's answer, not this worker's own deadline, ends its start-up.
 func dial(ctx context.Context, cfg Config) (*link, error) {
-	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	conn, err := cfg.Dialer.Dial(ctx, cfg.Addr)
+	conn, err := cfg.Dialer.Dial(dctx, cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to coordinator at %s: %w", cfg.Addr, err)
 	}
-	deadline, _ := ctx.Deadline()
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	l := newLink(0, conn, cfg.Timeout)
+	l.until, _ = dctx.Deadline()
+	stop := context.AfterFunc(ctx, func() { l.cancel(ctx.Err()) })
 	defer stop()
 	fail := func(err error) (*link, error) {
 		_ = conn.Close()
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
 		return nil, err
 	}
-	_ = conn.SetDeadline(deadline)
-	if _, err := conn.Write(EncodeHandshake(cfg.Rank, cfg.Size)); err != nil {
+	if err := l.writeAll(EncodeHandshake(cfg.Rank, cfg.Size), nil); err != nil {
 		return fail(fmt.Errorf("send handshake to %s: %w", cfg.Addr, err))
 	}
-	l := newLink(0, conn, time.Until(deadline))
-	l.deadline = deadline
+	wait := cfg.ConnectTimeout + replyMargin(cfg.ConnectTimeout)
+	l.until = time.Now().Add(wait)
 	var payload [ackLen]byte
 	if err := l.readFrame(TagAck, payload[:]); err != nil {
 		var ab *AbortError
-		if errors.As(err, &ab) {
+		switch {
+		case errors.As(err, &ab) && ab.Op == OpStartup && !errors.Is(ab, errRefusedRemote):
+			return fail(fmt.Errorf("the coordinator gave up start-up: %w", ab))
+		case errors.As(err, &ab):
 			return fail(&RefusedError{Reason: ab.Reason})
+		case isTimeout(err):
+			return fail(fmt.Errorf("registered with the coordinator at %s, but it sent neither Ack nor Abort within %v (it answers once every rank has joined, or gives up after its connect timeout): %w", cfg.Addr, wait, err))
 		}
-		return fail(fmt.Errorf("read handshake ack from %s: %w", cfg.Addr, err))
+		return fail(fmt.Errorf("wait for the coordinator's Ack (sent once every rank has joined) from %s: %w", cfg.Addr, err))
 	}
 	if got := binary.BigEndian.Uint32(payload[:]); got != uint32(cfg.Size) {
 		return fail(fmt.Errorf("coordinator acknowledged size %d, this rank has size %d", got, cfg.Size))
 	}
-	stop()
-	_ = conn.SetDeadline(time.Time{})
-	l.deadline = time.Time{}
+	if !stop() {
+		return fail(ctx.Err()) // the caller's context ended just as the Ack came
+	}
+	l.until = time.Time{}
 	l.timeout = cfg.Timeout + replyMargin(cfg.Timeout)
-	l.rtimeout = l.timeout
+	l.resume()
 	return l, nil
 }

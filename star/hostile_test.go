@@ -56,6 +56,13 @@ func readRawFrame(conn io.Reader, limit int) (tag byte, payload []byte, err erro
 	return h[4], payload, nil
 }
 
+// rawFrame is a frame read by readRawFrame.
+type rawFrame struct {
+	tag    byte
+	reason []byte
+	err    error
+}
+
 // allocated returns the bytes allocated by the whole process while f runs.
 func allocated(f func()) uint64 {
 	var m0, m1 runtime.MemStats
@@ -236,6 +243,7 @@ func TestHostileLengthToWorker(t *testing.T) {
 				w, conn := fakeCoordinator(t)
 				require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
 				done := make(chan error, 1)
+				abort := make(chan rawFrame, 1)
 				var err error
 				alloc := allocated(func() {
 					go func() { done <- op.run(context.Background(), w, 2, 0) }()
@@ -247,12 +255,18 @@ func TestHostileLengthToWorker(t *testing.T) {
 					}
 					_, werr := conn.Write(c.header(op.recvTag, expected))
 					require.NoError(t, werr)
+					// The worker tells the coordinator, then closes: what
+					// follows the bad header on the wire is its Abort.
+					go func() {
+						tag, reason, rerr := readRawFrame(conn, star.MaxAbortReason)
+						abort <- rawFrame{tag, reason, rerr}
+					}()
 					err = <-done
 				})
 				checkRefused(t, c, op.name, expected, err)
 				assert.Less(t, alloc, uint64(maxAlloc), "bytes allocated while refusing")
-				// The worker tells the coordinator, then closes.
-				tag, reason, rerr := readRawFrame(conn, star.MaxAbortReason)
+				f := <-abort
+				tag, reason, rerr := f.tag, f.reason, f.err
 				require.NoError(t, rerr)
 				assert.Equal(t, star.TagAbort, tag)
 				assert.NotEmpty(t, reason)
@@ -358,6 +372,7 @@ func TestHostileLengthToCoordinator(t *testing.T) {
 			t.Run(fmt.Sprintf("op=%s/claim=%s", op.name, c.name), func(t *testing.T) {
 				comms, conn := startWithRogue(t, size, rogue)
 				var errs []error
+				abort := make(chan rawFrame, 1)
 				alloc := allocated(func() {
 					done := make(chan []error, 1)
 					go func() {
@@ -367,12 +382,19 @@ func TestHostileLengthToCoordinator(t *testing.T) {
 					}()
 					_, err := conn.Write(c.header(op.sendTag, op.sendLen))
 					require.NoError(t, err)
+					// The rogue reads on, as a worker would: the
+					// coordinator's Abort follows.
+					go func() {
+						tag, reason, err := readRawFrame(conn, star.MaxAbortReason)
+						abort <- rawFrame{tag, reason, err}
+					}()
 					errs = <-done
 				})
 				checkRefused(t, c, op.name, op.sendLen, errs[0])
 				assert.Error(t, errs[1], "the honest worker")
 				assert.Less(t, alloc, uint64(maxAlloc), "bytes allocated while refusing")
-				tag, reason, err := readRawFrame(conn, star.MaxAbortReason)
+				f := <-abort
+				tag, reason, err := f.tag, f.reason, f.err
 				require.NoError(t, err)
 				assert.Equal(t, star.TagAbort, tag)
 				assert.True(t, strings.HasPrefix(string(reason), fmt.Sprintf("rank %d ", rogue)), "the Abort blames the rogue: %q", reason)
@@ -559,11 +581,18 @@ func TestStalledHandshakesDropped(t *testing.T) {
 	}
 }
 
-// TestUnreadAckReleasesRank: a connection that sends a valid handshake for
-// rank 1 but never reads the Ack (a pipe's write waits for the reader)
-// holds rank 1 for at most HandshakeTimeout; then the slot is free again
-// and the real rank 1 joins.
-func TestUnreadAckReleasesRank(t *testing.T) {
+// TestSquatterFailsStartup: a connection that sends a valid handshake for
+// rank 1 and then never reads holds rank 1 as a real worker would (the Ack
+// comes only once every rank has joined, and without authentication the two
+// cannot be told apart). The real rank 1 is refused with a reason; once
+// every rank has registered, the squatter's Ack cannot be delivered (a
+// pipe's write waits for its reader) and start-up fails on the coordinator
+// naming rank 1; the workers that joined are told by an Abort naming rank 1
+// (in start-up, or at their first collective when their own Ack went out
+// first). Nothing hangs: the coordinator gives up within HandshakeTimeout
+// (the Ack) plus ShutdownTimeout (the Abort to the squatter) of the last
+// join.
+func TestSquatterFailsStartup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const size, handshakeTimeout = 3, 100 * time.Millisecond
 		cu := newCoordinator(size, handshakeTimeout)
@@ -572,18 +601,33 @@ func TestUnreadAckReleasesRank(t *testing.T) {
 		defer conn.Close()
 		_, err = conn.Write(star.EncodeHandshake(1, size))
 		require.NoError(t, err)
-		time.Sleep(handshakeTimeout + time.Millisecond)
 		synctest.Wait()
-		comms := cu.workers(t, size, -1)
+		real1 := make(chan error, 1)
+		go func() { _, err := newRank(cu.cfg(1)); real1 <- err }()
+		var refused *star.RefusedError
+		require.ErrorAs(t, <-real1, &refused)
+		assert.Contains(t, refused.Reason, "rank 1 already registered")
+		begin := time.Now()
+		rank2 := make(chan error, 1)
+		go func() {
+			c2, err := newRank(cu.cfg(2))
+			if err == nil {
+				err = c2.Barrier(context.Background())
+				c2.Close()
+			}
+			rank2 <- err
+		}()
 		<-cu.done
-		require.NoError(t, cu.err)
-		comms[0] = cu.c
-		defer testkit.CloseAll(comms)
-		// The rogue's connection was closed without an Ack.
-		rest, _ := io.ReadAll(conn)
-		assert.Empty(t, rest)
-		errs := testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) })
-		require.NoError(t, errors.Join(errs...))
+		assert.LessOrEqual(t, time.Since(begin), handshakeTimeout+100*time.Millisecond)
+		var ife *comm.InitializationFailedError
+		require.ErrorAs(t, cu.err, &ife)
+		assert.Contains(t, cu.err.Error(), "the Ack could not be sent to rank 1")
+		assert.Contains(t, cu.err.Error(), "missing ranks [1]")
+		err2 := <-rank2
+		var ab *star.AbortError
+		require.ErrorAs(t, err2, &ab)
+		assert.Equal(t, 1, ab.Rank, "rank 2 is told which rank failed start-up: %v", err2)
+		assert.Equal(t, star.OpStartup, ab.Op)
 	})
 }
 

@@ -14,7 +14,8 @@ const pollMax = 256 << 10
 // must have a poller. It moves the complete links to the front of links and
 // returns how many there are, or the first failure and its link. Between
 // rounds that found nothing it yields the processor, so that the peers it
-// waits for can run on a busy host.
+// waits for can run on a busy host. Each poll is armed like any other I/O
+// (see link.arm), so polling never runs on a stale deadline.
 func pollLinks(spin, limit time.Duration, links ...*link) (done int, bad *link, err error) {
 	start := time.Now()
 	last := start
@@ -71,23 +72,26 @@ func stageFrame(dst []byte, tag byte, parts [][]byte) []byte {
 // of it went. What did not go is in l.wrest, for finishWrite. The link only
 // reads frame, so several links may post the same one.
 func (l *link) postFrame(frame []byte) (bool, error) {
-	l.wdirty = true
+	if err := l.arm(true); err != nil {
+		return false, err
+	}
 	k, err := l.poller.WriteNow(frame)
 	if err != nil {
-		return false, writeErr(err)
+		return false, l.ioErr(err, true)
 	}
 	l.wrest = frame[k:]
 	if len(l.wrest) > 0 {
+		l.wdirty = k > 0 // a frame cut short, or none begun
 		return false, nil
 	}
 	l.wrest = nil
-	l.wdirty = false
 	return true, nil
 }
 
 // finishWrite writes what postFrame left in l.wrest, waiting under the
 // write timeout.
 func (l *link) finishWrite() error {
+	l.wdirty = true
 	if err := l.writeAll(l.wrest, nil); err != nil {
 		return err
 	}

@@ -61,7 +61,11 @@ func TestPolledCrash(t *testing.T) {
 				return run(c)
 			})
 			took := time.Since(begin)
-			require.NoError(t, errs[dead])
+			// The closing rank left while the others were in a
+			// collective: its Close learns that it was blamed.
+			var cf *comm.CollectiveFailedError
+			require.ErrorAs(t, errs[dead], &cf)
+			assert.Equal(t, star.OpClose, cf.Operation)
 			for r := range size {
 				if r != dead {
 					collectiveFailed(t, errs[r], dead)

@@ -227,8 +227,10 @@ func TestRegressionHandshakeTimeoutPerRead(t *testing.T) {
 		if cu.c != nil {
 			_ = cu.c.Close()
 		}
-		assert.Error(t, err, "a handshake payload sent %v after connecting was read", 2*(timeout-time.Millisecond))
+		// (The late payload itself may be drained by the coordinator's
+		// refusal, which reads what the peer still sends until it closes.)
 		assert.LessOrEqual(t, r.at, timeout, "reply %x", r.data)
+		assertAbort(t, r.data, "bad handshake")
 		assert.Error(t, cu.err, "the trickling connection registered as rank 1")
 	})
 }

@@ -109,15 +109,20 @@ func TestWireTranscript(t *testing.T) {
 	})
 	require.NoError(t, errors.Join(errs...))
 	// Close the coordinator while the worker waits in a barrier: it reads
-	// Shutdown.
+	// Shutdown; the coordinator's Close reports the worker that was still
+	// in a collective it never called.
 	done := make(chan error, 1)
 	go func() { done <- comms[1].Barrier(ctx) }()
-	require.NoError(t, comms[0].Close())
+	cerr := comms[0].Close()
 	werr := <-done
 	require.ErrorIs(t, werr, star.ErrShutdown)
 	var cf *comm.CollectiveFailedError
 	require.ErrorAs(t, werr, &cf)
 	assert.Equal(t, 0, cf.Rank)
+	require.ErrorAs(t, cerr, &cf)
+	assert.Equal(t, star.OpClose, cf.Operation)
+	assert.Equal(t, 1, cf.Rank)
+	assert.ErrorContains(t, cerr, "rank 1 was still sending")
 
 	require.Len(t, ts.all, 1)
 	w := ts.all[0]
@@ -257,11 +262,18 @@ func TestHandshakeRefusals(t *testing.T) {
 		})
 		return done
 	}
+	// The duplicate is sent only once rank 2 has registered (its New
+	// returns only once every rank has joined).
+	registered := make(chan struct{})
+	restore := star.SetTestHook(func(rank int, point string) {
+		if point == star.HookRegistered && rank == 2 {
+			close(registered)
+		}
+	})
+	t.Cleanup(restore)
 	startRank(0)
-	// Rank 2 has registered once its New returns; only then send the
-	// duplicate.
-	<-startRank(2)
-	require.NoError(t, errs[2])
+	startRank(2)
+	<-registered
 	t.Cleanup(func() { _ = testkit.CloseAll(comms) })
 
 	hs := func(rank, size uint32) []byte { return star.EncodeHandshake(int(rank), int(size)) }

@@ -607,7 +607,13 @@ func runHandshakeCell(t *testing.T, cell Cell) {
 }
 
 // runShutdownCell fails a rank between its last collective and Close, and
-// checks that every Close returns promptly and nothing is left running.
+// checks the graceful shutdown of spec section 5.2 as every other rank
+// sees it: a healthy worker's Close returns nil once it has the Shutdown;
+// the coordinator's Close names a worker that could not take its Shutdown;
+// a worker's Close names a coordinator that ended without sending it (at
+// once when it crashed or reset, after the timeout when it hung). Every
+// Close returns within its bound, and every call afterwards is
+// ErrInvalidCommunicator.
 func runShutdownCell(t *testing.T, cell Cell) {
 	cell2 := cell
 	cell2.Op = OpBarrier
@@ -622,14 +628,42 @@ func runShutdownCell(t *testing.T, cell Cell) {
 		}
 	}
 	fireAll(s, cell2.faults())
+	failing := cell.failing()
 	begin := time.Now()
-	for r, err := range RunRanks(comms, func(c comm.Communicator) error { return c.Close() }) {
-		if err != nil {
-			t.Errorf("rank %d: Close: %v", r, err)
+	took := make([]time.Duration, MatrixRanks)
+	errs := RunRanks(comms, func(c comm.Communicator) error {
+		err := c.Close()
+		took[c.Rank()] = time.Since(begin)
+		return err
+	})
+	for r, err := range errs {
+		if r == failing {
+			continue // the failed rank itself: anything goes
 		}
-	}
-	if d := time.Since(begin); d > matrixShutdown+100*time.Millisecond {
-		t.Errorf("Close took %v, want <= %v", d, matrixShutdown)
+		bound := matrixShutdown + 100*time.Millisecond
+		wantBlame := -1 // nil error
+		switch {
+		case r == 0:
+			wantBlame = failing // the worker that could not take its Shutdown
+		case failing == 0:
+			wantBlame = 0 // the coordinator that sent none
+			if cell.Fault == faulty.Hang {
+				bound = MatrixTimeout + time.Second // silence: the timeout tells
+			}
+		}
+		if took[r] > bound {
+			t.Errorf("rank %d: Close took %v, want <= %v", r, took[r], bound)
+		}
+		if wantBlame < 0 {
+			if err != nil {
+				t.Errorf("rank %d: Close: %v, want nil (it got its Shutdown)", r, err)
+			}
+			continue
+		}
+		var cf *comm.CollectiveFailedError
+		if !errors.As(err, &cf) || cf.Operation != star.OpClose || cf.Rank != wantBlame {
+			t.Errorf("rank %d: Close = %v, want a CollectiveFailedError of %q naming rank %d", r, err, star.OpClose, wantBlame)
+		}
 	}
 	for r, c := range comms {
 		if err := c.Barrier(context.Background()); !errors.Is(err, comm.ErrInvalidCommunicator) {

@@ -1,0 +1,222 @@
+package star_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/testkit"
+)
+
+// closeOps are the collectives TestCloseAtEveryHandoff interrupts: small
+// ones (polled) and a large allgatherv (served by the coordinator's link
+// goroutines), and both kinds of broadcast.
+var closeOps = []struct {
+	name string
+	run  func(ctx context.Context, c comm.Communicator) error
+}{
+	{"allgatherv-small", func(ctx context.Context, c comm.Communicator) error {
+		return comm.Allgatherv(ctx, c, []float64{float64(c.Rank())}, make([]float64, 4), []int{1, 1, 1, 1}, []int{0, 1, 2, 3})
+	}},
+	{"allgatherv-large", func(ctx context.Context, c comm.Communicator) error {
+		const n = 64 << 10 // 512 KiB per rank: not polled
+		return comm.Allgatherv(ctx, c, make([]float64, n), make([]float64, 4*n), []int{n, n, n, n}, []int{0, n, 2 * n, 3 * n})
+	}},
+	{"allreduce", func(ctx context.Context, c comm.Communicator) error {
+		return comm.Allreduce(ctx, c, []float64{1, 2}, make([]float64, 2), comm.Sum)
+	}},
+	{"broadcast-root0", func(ctx context.Context, c comm.Communicator) error {
+		return comm.Broadcast(ctx, c, make([]float64, 8), 0)
+	}},
+	{"broadcast-root3", func(ctx context.Context, c comm.Communicator) error {
+		return comm.Broadcast(ctx, c, make([]float64, 8), 3)
+	}},
+	{"barrier", func(ctx context.Context, c comm.Communicator) error { return c.Barrier(ctx) }},
+}
+
+// handoff is one occurrence of a hook point on one rank.
+type handoff struct {
+	point string
+	nth   int // 1 for the first occurrence of point on the rank
+}
+
+// handoffRecorder counts the hook points of one rank during a collective
+// and, at a chosen one, runs act from the goroutine at that point.
+type handoffRecorder struct {
+	mu     sync.Mutex
+	rank   int
+	counts map[string]int
+	target handoff
+	act    func()
+}
+
+func (h *handoffRecorder) hook(rank int, point string) {
+	if rank != h.rank || point == star.HookRegistered || point == "closing" {
+		return
+	}
+	h.mu.Lock()
+	if h.counts == nil {
+		h.counts = map[string]int{}
+	}
+	h.counts[point]++
+	fire := h.act != nil && point == h.target.point && h.counts[point] == h.target.nth
+	act := h.act
+	if fire {
+		h.act = nil
+	}
+	h.mu.Unlock()
+	if fire {
+		act()
+	}
+}
+
+// handoffs returns every (point, occurrence) recorded, in a stable order.
+func (h *handoffRecorder) handoffs() []handoff {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []handoff
+	for p, n := range h.counts {
+		for i := 1; i <= n; i++ {
+			out = append(out, handoff{p, i})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].point != out[j].point {
+			return out[i].point < out[j].point
+		}
+		return out[i].nth < out[j].nth
+	})
+	return out
+}
+
+// TestCloseAtEveryHandoff calls Close from another goroutine at every point
+// where one goroutine of a collective hands work or a link to another (see
+// star's hook points: the collective starts, polls, hands a request to a
+// link goroutine, a link goroutine reports, the result is taken, a frame
+// is posted or sent, the I/O ends), on every rank, in every collective,
+// over pipes that poll, on the fake clock. Every time: Close returns
+// promptly; the closing rank's collective fails with an error wrapping
+// comm.ErrInvalidCommunicator; every other rank either completes its
+// collective or fails naming the closing rank, and fails naming it at
+// the next collective; nothing is left running (synctest.Test fails
+// otherwise).
+func TestCloseAtEveryHandoff(t *testing.T) {
+	const size = 4
+	var recorder handoffRecorder
+	restore := star.SetTestHook(recorder.hook)
+	defer restore()
+	cases := 0
+	for _, op := range closeOps {
+		for rank := range size {
+			// A dry run records the hand-offs of this rank in this
+			// collective.
+			recorder.mu.Lock()
+			recorder.rank, recorder.counts, recorder.act = rank, nil, nil
+			recorder.mu.Unlock()
+			synctest.Test(t, func(t *testing.T) {
+				comms := inBubble(t, size, withTimeout(time.Minute))
+				defer testkit.CloseAll(comms)
+				for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return op.run(context.Background(), c) }) {
+					require.NoError(t, err, "dry run: rank %d", r)
+				}
+			})
+			points := recorder.handoffs()
+			require.NotEmpty(t, points, "op=%s rank=%d: no hand-off recorded", op.name, rank)
+			for _, at := range points {
+				cases++
+				t.Run(fmt.Sprintf("op=%s/rank=%d/at=%s#%d", op.name, rank, at.point, at.nth), func(t *testing.T) {
+					closeAt(t, op.run, size, rank, at, &recorder)
+				})
+			}
+		}
+	}
+	t.Logf("%d cases: every hand-off of every rank in %d collectives", cases, len(closeOps))
+}
+
+// closeAt runs one case of TestCloseAtEveryHandoff.
+func closeAt(t *testing.T, run func(context.Context, comm.Communicator) error, size, rank int, at handoff, recorder *handoffRecorder) {
+	synctest.Test(t, func(t *testing.T) {
+		comms := inBubble(t, size, withTimeout(time.Minute))
+		defer testkit.CloseAll(comms)
+		closed := make(chan error, 1)
+		var closeTook time.Duration
+		recorder.mu.Lock()
+		recorder.rank, recorder.counts, recorder.target = rank, nil, at
+		recorder.act = func() {
+			go func() {
+				begin := time.Now()
+				err := comms[rank].Close()
+				closeTook = time.Since(begin)
+				closed <- err
+			}()
+			// Let Close run as far as it can before the collective goes on.
+			synctest.Wait()
+		}
+		recorder.mu.Unlock()
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error { return run(context.Background(), c) })
+		var closeErr error
+		select {
+		case closeErr = <-closed:
+		default:
+			synctest.Wait()
+			select {
+			case closeErr = <-closed:
+			default:
+				t.Fatalf("Close at %s#%d did not return once the collective had", at.point, at.nth)
+			}
+		}
+		assert.NoError(t, closeErr, "Close")
+		assert.LessOrEqual(t, closeTook, 250*time.Millisecond, "Close took %v", closeTook)
+		require.Error(t, errs[rank], "the closing rank's collective")
+		assert.ErrorIs(t, errs[rank], comm.ErrInvalidCommunicator, "the closing rank's collective")
+		for r, err := range errs {
+			if r == rank {
+				continue
+			}
+			if err == nil {
+				// It completed; the next collective tells it.
+				err = comms[r].Barrier(context.Background())
+			}
+			var cf *comm.CollectiveFailedError
+			if assert.ErrorAs(t, err, &cf, "rank %d", r) {
+				assert.Equal(t, rank, cf.Rank, "rank %d names the wrong rank: %v", r, err)
+			}
+		}
+	})
+}
+
+// TestCloseConcurrentCalls: Close called from several goroutines at once,
+// during a collective, returns on every one of them, and only after the
+// communicator is closed; later calls return nil at once.
+func TestCloseConcurrentCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		comms := inBubble(t, 3, withTimeout(time.Minute))
+		defer testkit.CloseAll(comms)
+		done := make(chan error, 1)
+		go func() { done <- comms[0].Barrier(context.Background()) }()
+		synctest.Wait()
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			wg.Go(func() { errs[i] = comms[0].Close() })
+		}
+		wg.Wait()
+		require.ErrorIs(t, <-done, comm.ErrInvalidCommunicator)
+		assert.Equal(t, make([]error, 4), errs)
+		assert.NoError(t, comms[0].Close())
+		assert.True(t, slices.ContainsFunc([]error{comms[0].Barrier(context.Background())}, func(err error) bool {
+			return errors.Is(err, comm.ErrInvalidCommunicator)
+		}))
+	})
+}

@@ -1,0 +1,542 @@
+package star
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/starcomm/starcomm/comm"
+)
+
+// Comm is one rank of a star communicator. Rank 0 holds a link to every
+// worker; a worker holds one link to rank 0. Create it with New.
+type Comm struct {
+	cfg  Config
+	rank int
+	size int
+	role role // *coordinator on rank 0, *worker elsewhere
+
+	// ops serialises collectives, and Close's shutdown after them: a
+	// one-slot semaphore (a channel rather than a mutex, so that a Close
+	// waiting for a collective is durably blocked inside a testing/synctest
+	// bubble, and the fake clock moves on).
+	ops chan struct{}
+
+	stateMu sync.Mutex
+	// closed is set when Close begins: no collective may start after it.
+	closed bool
+	// running is set while a collective is between begin and its end:
+	// Close and the collective's context cancel its links only then.
+	running bool
+	// cancelled is set when they did, so the links are resumed after.
+	cancelled bool
+	// failed is the first failure; the communicator is fail-stop after it.
+	failed error
+	// reported is set once OnFailure has been called.
+	reported bool
+	// closeDone is closed when Close has finished.
+	closeDone chan struct{}
+
+	// bg counts the links ending in the background after a failure.
+	bg sync.WaitGroup
+
+	// Scratch reused across collectives so steady state does not allocate.
+	parts [][]byte
+}
+
+// role is what the coordinator and a worker each do in a collective. The
+// collective's goroutine calls every method but links while it holds the
+// communicator's ops.
+type role interface {
+	// allgatherv gathers send into parts (every rank's region of recv, in
+	// rank order).
+	allgatherv(send []byte, parts [][]byte) error
+	allreduce(send, recv comm.View, op comm.ReduceOp) error
+	broadcast(buf []byte, root int) error
+	barrier() error
+	// links returns this rank's links (nil entries excluded).
+	links() []*link
+	// shutdown ends a healthy, idle communicator gracefully (spec section
+	// 5.2) and closes its links.
+	shutdown() error
+	// stop ends the role's goroutines once every link is closed.
+	stop()
+}
+
+var _ comm.Communicator = (*Comm)(nil)
+
+// Errors a link is cancelled with. They never leave the package as they
+// are: the communicator turns them into its errors.
+var (
+	// errClosed: Close was called during the collective.
+	errClosed = errors.New("star: communicator closed during the collective")
+	// errCut: another link of the collective failed first.
+	errCut = errors.New("star: another link failed first")
+)
+
+// New starts this rank: the coordinator (rank 0) accepts and handshakes
+// every worker on cfg.Listener, and answers them all once every one has
+// joined; a worker dials cfg.Addr, handshakes and waits for that answer.
+// So New returns on every rank at about the same time, once the whole
+// communicator is up (as MPI_Init does), or with an
+// *comm.InitializationFailedError; start-up is bounded by
+// cfg.ConnectTimeout alone. A communicator of size 1 opens no connection
+// (cfg.Listener, if any, is closed).
+func New(ctx context.Context, cfg Config) (*Comm, error) {
+	if err := cfg.Validate(); err != nil {
+		if cfg.Listener != nil {
+			_ = cfg.Listener.Close()
+		}
+		return nil, &comm.InitializationFailedError{Backend: "star", Err: err}
+	}
+	cfg = cfg.withDefaults()
+	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, closeDone: make(chan struct{}), ops: make(chan struct{}, 1)}
+	var err error
+	switch {
+	case cfg.Rank == 0 && cfg.Size == 1:
+		if cfg.Listener != nil {
+			_ = cfg.Listener.Close()
+		}
+		c.role = newCoordinator(c, nil)
+	case cfg.Rank == 0:
+		var links []*link
+		if links, err = admit(ctx, cfg); err == nil {
+			c.role = newCoordinator(c, links)
+		}
+	default:
+		var up *link
+		if up, err = dial(ctx, cfg); err == nil {
+			c.role = newWorker(c, up)
+		} else {
+			err = fmt.Errorf("rank %d: %w", cfg.Rank, err)
+		}
+	}
+	if err != nil {
+		err = &comm.InitializationFailedError{Backend: "star", Err: err}
+		c.report(OpStartup, startupBlame(err), err)
+		return nil, err
+	}
+	return c, nil
+}
+
+// OpStartup and OpClose name the operations of start-up and of Close in
+// failure reports (Failure.Op), beside the collectives' names.
+const (
+	OpStartup = "start-up"
+	OpClose   = "close"
+)
+
+// startupBlame is the rank a failed start-up blames: the rank the
+// coordinator named in its Abort (the one that never came), else -1.
+func startupBlame(err error) int {
+	var ab *AbortError
+	if errors.As(err, &ab) {
+		return ab.Rank
+	}
+	return -1
+}
+
+// Rank returns this rank.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size returns the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+// Close ends the communicator; it may be called at any time from any
+// goroutine, and more than once (later calls wait for the first, then
+// return nil).
+//
+//   - During a collective, Close cancels it through the same path as any
+//     failure: the collective fails at once on this rank (with an error
+//     wrapping comm.ErrInvalidCommunicator), its peers are told by an Abort
+//     naming this rank, and every connection closes. Close returns nil.
+//   - After a failure, Close closes every connection at once (the Aborts
+//     went out when the collective failed) and returns nil.
+//   - On a healthy, idle coordinator, Close is the spec's graceful
+//     shutdown (section 5.2): it sends Shutdown to every worker and waits
+//     up to ShutdownTimeout for each to take it and close its end. It
+//     returns a *comm.CollectiveFailedError (Operation "close") naming a
+//     worker that could not be sent the Shutdown, or that was still in a
+//     collective the coordinator never called.
+//   - On a healthy, idle worker, Close waits for the coordinator's
+//     Shutdown, at most Timeout (the coordinator calls Close when it is
+//     done, like MPI_Finalize). It returns nil on Shutdown, and a
+//     *comm.CollectiveFailedError (Operation "close", Rank 0) when rank 0
+//     closed the connection without it (it crashed or exited), sent
+//     something else, or sent nothing in time.
+func (c *Comm) Close() error {
+	c.stateMu.Lock()
+	if c.closed {
+		done := c.closeDone
+		c.stateMu.Unlock()
+		<-done
+		return nil
+	}
+	c.closed = true
+	if c.running {
+		c.cancelLinks(errClosed)
+	}
+	c.stateMu.Unlock()
+	c.hook(hookClosing)
+
+	// A running collective was cancelled: it ends promptly.
+	c.ops <- struct{}{}
+	defer func() {
+		<-c.ops
+		close(c.closeDone)
+	}()
+	c.stateMu.Lock()
+	failed := c.failed
+	c.stateMu.Unlock()
+	var err error
+	if failed == nil && c.size > 1 {
+		if err = c.role.shutdown(); err != nil {
+			c.report(OpClose, blameOf(err, -1), err)
+		}
+	}
+	for _, l := range c.role.links() {
+		_ = l.conn.Close()
+	}
+	c.bg.Wait()
+	c.role.stop()
+	return err
+}
+
+// cancelLinks cancels every link of the running collective with err.
+// stateMu must be held.
+func (c *Comm) cancelLinks(err error) {
+	c.cancelled = true
+	for _, l := range c.role.links() {
+		l.cancel(err)
+	}
+}
+
+// begin checks that a collective may start and marks it running.
+func (c *Comm) begin(ctx context.Context, op string) error {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if c.closed {
+		return comm.ErrInvalidCommunicator
+	}
+	if c.failed != nil {
+		return &comm.CollectiveFailedError{Operation: op, Rank: blameOf(c.failed, -1), Message: "communicator is fail-stop after an earlier failure", Err: c.failed}
+	}
+	if err := ctx.Err(); err != nil {
+		return &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done before the collective started", Err: err}
+	}
+	c.running = true
+	return nil
+}
+
+// settle ends a collective that did not fail: it is no longer running,
+// and links cancelled after their last I/O are resumed. A collective that
+// overlapped Close fails all the same.
+func (c *Comm) settle(ctx context.Context, op string) error {
+	c.stateMu.Lock()
+	closed, cancelled := c.closed, c.cancelled
+	if !closed {
+		c.running, c.cancelled = false, false
+	}
+	c.stateMu.Unlock()
+	if closed {
+		return c.fail(ctx, op, errClosed)
+	}
+	if cancelled {
+		for _, l := range c.role.links() {
+			l.resume()
+		}
+	}
+	return nil
+}
+
+// blameOf returns the rank err blames (a CollectiveFailedError's Rank),
+// or def.
+func blameOf(err error, def int) int {
+	var cf *comm.CollectiveFailedError
+	if errors.As(err, &cf) && cf.Rank >= 0 {
+		return cf.Rank
+	}
+	return def
+}
+
+// linkError is a failure on the link to peer.
+type linkError struct {
+	peer int
+	err  error
+}
+
+func (e *linkError) Error() string { return fmt.Sprintf("link to rank %d: %v", e.peer, e.err) }
+func (e *linkError) Unwrap() error { return e.err }
+
+// watch makes ctx's cancellation cancel every link of the running
+// collective. The returned function stops watching and waits until a
+// cancel in progress has finished.
+func (c *Comm) watch(ctx context.Context) func() {
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		c.stateMu.Lock()
+		if c.running {
+			c.cancelLinks(ctx.Err())
+		}
+		c.stateMu.Unlock()
+	})
+	return func() {
+		if !stop() {
+			<-done
+		}
+	}
+}
+
+// fail turns err from a collective into the error the caller sees, makes
+// the communicator fail-stop, tells every peer that can still hear (an
+// Abort naming the rank at fault and the cause, handed to the system
+// before fail returns, so that a process exiting the instant it sees the
+// error still tells the truth), reports the failure, and leaves the links
+// to end in the background.
+func (c *Comm) fail(ctx context.Context, op string, err error) error {
+	peer := -1
+	var le *linkError
+	if errors.As(err, &le) {
+		peer, err = le.peer, le.err
+	}
+	out := c.classify(ctx, op, peer, err)
+	// The rank at fault: as the error names it; else the peer whose frame
+	// was wrong; else this rank.
+	blame := blameOf(out, peer)
+	if blame < 0 {
+		blame = c.rank
+	}
+
+	c.stateMu.Lock()
+	c.running, c.cancelled = false, false
+	if c.failed == nil {
+		c.failed = out
+	}
+	c.stateMu.Unlock()
+	c.hook(hookFailing)
+
+	reason := fmt.Sprintf("rank %d failed during %s (seen by rank %d): %v", blame, op, c.rank, out)
+	c.endLinks(abortPayload(blame, op, err, reason), peer, err)
+	c.report(op, blame, out)
+	return out
+}
+
+// classify maps a collective's failure on the link to peer (-1: none) to
+// the spec's error (table 5.3).
+func (c *Comm) classify(ctx context.Context, op string, peer int, err error) error {
+	var le *lengthError
+	var ab *AbortError
+	switch {
+	case errors.Is(err, errClosed):
+		return &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "communicator closed during the collective", Err: comm.ErrInvalidCommunicator}
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done during the collective", Err: ctx.Err()}
+	case errors.As(err, &le):
+		return &comm.InvalidBufferSizeError{Operation: op, Expected: le.expected, Actual: le.got, Unit: "bytes",
+			Detail: fmt.Sprintf("%s frame from rank %d; ranks disagree on the buffer sizes", TagName(le.tag), peer)}
+	case errors.As(err, &ab):
+		blamed := ab.Rank
+		if blamed < 0 || blamed >= c.size {
+			blamed = ab.From // no rank, or one that does not exist
+		}
+		return &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("aborted by rank %d: %s", ab.From, ab.Reason), Err: ab}
+	case errors.Is(err, ErrShutdown):
+		return &comm.CollectiveFailedError{Operation: op, Rank: 0, Message: "rank 0 shut the communicator down while this rank was in the collective (the ranks called different numbers of collectives)", Err: err}
+	}
+	return &comm.CollectiveFailedError{Operation: op, Rank: peer, Message: fmt.Sprintf("link to rank %d: %s", peer, describe(err, c.cfg.Timeout)), Err: err}
+}
+
+// abortFlushMax bounds how long a failing collective waits for its Aborts
+// to be taken by the system (or, on an unbuffered transport, by the peer).
+const abortFlushMax = 200 * time.Millisecond
+
+// endLinks ends every link after a failure: it sends payload (an Abort) on
+// each link whose stream is at a frame boundary and whose peer did not end
+// it itself (the link to peer, when cause says the peer sent Abort or
+// Shutdown), all at once, meanwhile draining what peers still send, so
+// that a peer blocked writing to us can move on and read. It returns once
+// every Abort has been taken (by the system, or on an unbuffered
+// transport by the peer), or after abortFlushMax (or half ShutdownTimeout,
+// if shorter). The links then end in the background: an Abort not taken yet
+// keeps trying, and each link waits for its peer to close, up to
+// ShutdownTimeout in all, then closes (Close cuts that short).
+func (c *Comm) endLinks(payload []byte, peer int, cause error) {
+	lingerUntil := time.Now().Add(c.cfg.ShutdownTimeout)
+	links := c.role.links()
+	sent := make(chan struct{}, len(links))
+	n := 0
+	for _, l := range links {
+		l.resume()
+		if l.peer == peer && peerEnded(cause) {
+			_ = l.conn.Close()
+			continue
+		}
+		l.startDrain(lingerUntil)
+		n++
+		c.bg.Go(func() {
+			_ = l.sendFinal(TagAbort, payload, lingerUntil)
+			sent <- struct{}{}
+			l.finish()
+		})
+	}
+	if n == 0 {
+		return
+	}
+	flush := time.NewTimer(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
+	defer flush.Stop()
+	for ; n > 0; n-- {
+		select {
+		case <-sent:
+		case <-flush.C:
+			return
+		}
+	}
+}
+
+// peerEnded reports whether err shows that the peer ended the link itself,
+// with an Abort or Shutdown: there is no one left to tell.
+func peerEnded(err error) bool {
+	var ab *AbortError
+	return errors.As(err, &ab) || errors.Is(err, ErrShutdown)
+}
+
+// report calls OnFailure, once per communicator.
+func (c *Comm) report(op string, blame int, err error) {
+	if c.cfg.OnFailure == nil {
+		return
+	}
+	c.stateMu.Lock()
+	first := !c.reported
+	c.reported = true
+	c.stateMu.Unlock()
+	if first {
+		c.cfg.OnFailure(Failure{Op: op, Rank: c.rank, Blamed: blame, Err: err})
+	}
+}
+
+// describe explains a link error in words.
+func describe(err error, timeout time.Duration) string {
+	switch {
+	case isTimeout(err):
+		return fmt.Sprintf("no progress within the %v timeout (peer hung or unreachable): %v", timeout, err)
+	case errors.Is(err, io.EOF):
+		return "connection closed by the peer (crashed or exited)"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed in the middle of a frame (peer crashed)"
+	}
+	return err.Error()
+}
+
+// run executes one collective: the common checks, the context watch, and
+// the failure handling around body.
+func (c *Comm) run(ctx context.Context, op string, check func() error, body func() error) error {
+	c.ops <- struct{}{}
+	defer func() { <-c.ops }()
+	if err := c.begin(ctx, op); err != nil {
+		return err
+	}
+	if err := check(); err != nil {
+		c.stateMu.Lock()
+		c.running = false
+		c.stateMu.Unlock()
+		return err
+	}
+	c.hook(hookBegin)
+	stop := c.watch(ctx)
+	err := body()
+	stop()
+	c.hook(hookEnd)
+	if err != nil {
+		return c.fail(ctx, op, err)
+	}
+	return c.settle(ctx, op)
+}
+
+// frameLimit checks that a payload of n bytes fits a frame.
+func frameLimit(op string, n int) error {
+	if uint64(n)+2 > MaxFrameLen {
+		return &comm.InvalidArgumentError{Operation: op, Message: fmt.Sprintf("payload of %d bytes exceeds the wire limit of %d bytes per frame", n, MaxFrameLen-2)}
+	}
+	return nil
+}
+
+// regions returns the byte slices of recv holding each rank's region, in
+// rank order, in c.parts.
+func (c *Comm) regions(recv comm.View, counts, displs []int) [][]byte {
+	es := recv.Type.Size()
+	parts := c.parts[:0]
+	for r := range counts {
+		parts = append(parts, recv.Bytes[displs[r]*es:(displs[r]+counts[r])*es])
+	}
+	c.parts = parts
+	return parts
+}
+
+// spin is how long to poll for a frame of n payload bytes before parking:
+// Spin for small frames, 0 (no polling) for large ones.
+func (c *Comm) spin(n int) time.Duration {
+	if n > pollMax {
+		return 0
+	}
+	return c.cfg.Spin
+}
+
+// Allgatherv gathers every rank's send into recv (spec section 3.1).
+// Workers send AllgathervSend; the coordinator places each at displs[r] and
+// sends every worker one AllgathervRecv holding all regions in rank order.
+func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, displs []int) error {
+	check := func() error {
+		total, err := comm.CheckAllgatherv(c.rank, c.size, send, recv, counts, displs)
+		if err == nil {
+			err = frameLimit(comm.OpAllgatherv, total*send.Type.Size())
+		}
+		return err
+	}
+	return c.run(ctx, comm.OpAllgatherv, check, func() error {
+		return c.role.allgatherv(send.Bytes, c.regions(recv, counts, displs))
+	})
+}
+
+// Allreduce reduces send across ranks into recv (spec section 3.2). Workers
+// send AllreduceSend (op byte + data); the coordinator reduces in rank order
+// 0, 1, ..., R-1 and sends AllreduceRecv to every worker.
+func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.ReduceOp) error {
+	check := func() error {
+		if err := comm.CheckAllreduce(send, recv, op); err != nil {
+			return err
+		}
+		return frameLimit(comm.OpAllreduce, len(send.Bytes)+1)
+	}
+	return c.run(ctx, comm.OpAllreduce, check, func() error {
+		return c.role.allreduce(send, recv, op)
+	})
+}
+
+// Broadcast copies root's buf to every rank (spec section 3.3). Root 0
+// sends Broadcast to every worker; a worker root sends Broadcast to the
+// coordinator, which forwards it to every other worker.
+func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
+	check := func() error {
+		if err := comm.CheckBroadcast(buf, root, c.size); err != nil {
+			return err
+		}
+		return frameLimit(comm.OpBroadcast, len(buf.Bytes))
+	}
+	return c.run(ctx, comm.OpBroadcast, check, func() error {
+		return c.role.broadcast(buf.Bytes, root)
+	})
+}
+
+// Barrier returns once every rank has entered it (spec section 3.4):
+// workers send BarrierReady; once the coordinator has all of them it sends
+// BarrierGo to every worker.
+func (c *Comm) Barrier(ctx context.Context) error {
+	return c.run(ctx, comm.OpBarrier, func() error { return nil }, c.role.barrier)
+}

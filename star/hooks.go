@@ -1,0 +1,33 @@
+package star
+
+// The points of a collective where one goroutine hands work or a link to
+// another, or the communicator changes state. Tests set testHook to act
+// there (for example, to call Close from another goroutine at every one of
+// them); in production it is nil and costs one comparison.
+const (
+	hookBegin   = "begin"   // the collective is running, before its first I/O
+	hookPoll    = "poll"    // before polling links from the collective's goroutine
+	hookHandoff = "handoff" // before a request goes to a link's goroutine
+	hookServed  = "served"  // a link's goroutine finished a request, before it reports
+	hookResult  = "result"  // the collective's goroutine took a link's result
+	hookPosted  = "posted"  // a small frame was posted to one link without waiting
+	hookSent    = "sent"    // a worker's frame went out
+	hookEnd     = "end"     // the collective's I/O is over, before it settles or fails
+	hookFailing = "failing" // a failure was recorded, before the Aborts go out
+	hookClosing = "closing" // Close marked the communicator closed and cancelled a running collective
+
+	// hookRegistered: the coordinator registered a worker's Handshake (the
+	// hook's rank is the worker's).
+	hookRegistered = "registered"
+)
+
+// testHook, when set (by tests only, before any communicator starts), is
+// called at every hook point with the communicator's rank.
+var testHook func(rank int, point string)
+
+// hook calls testHook.
+func (c *Comm) hook(point string) {
+	if testHook != nil {
+		testHook(c.rank, point)
+	}
+}

@@ -1,0 +1,554 @@
+package star
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/starcomm/starcomm/transport"
+)
+
+// link is one end of a coordinator-worker connection: the conn, the peer's
+// rank, the deadline it runs under, and the state of the frame being read
+// or written, so that framing does not allocate.
+//
+// # Ownership
+//
+// At any moment one goroutine owns a link's I/O: the collective's goroutine
+// (which polls it, or reads and writes it directly), or, on the
+// coordinator, the link's own goroutine while it serves a request (see
+// coordinator). Ownership passes with the request and its result over
+// channels. Every read and write, polled or not, goes through arm first,
+// so it runs under a deadline that is right at that moment, whatever ran
+// on the socket before.
+//
+// Only cancel may be called by another goroutine: it makes the owner's
+// current and later I/O fail at once with the cancel's cause (a closed
+// communicator, a cancelled context, a failure on another link) until the
+// owner calls resume.
+type link struct {
+	peer   int
+	conn   transport.Conn
+	bw     transport.BuffersWriter
+	poller transport.Poller
+	cw     transport.CloseWriter
+
+	// timeout is the most an I/O call may wait without progress. until,
+	// when set, replaces it with an absolute deadline (start-up).
+	timeout time.Duration
+	until   time.Time
+
+	// rdl and wdl are the read and write deadlines set on conn now (zero:
+	// unknown). Setting a deadline can wake the runtime's network poller,
+	// a context switch per I/O, so arm sets one only when less than a
+	// whole timeout of it remains. Owner only.
+	rdl, wdl time.Time
+	// dmu orders arm's deadline changes against cancel's, so that a
+	// cancel is never undone by a concurrent re-arm.
+	dmu   sync.Mutex
+	cause atomic.Pointer[cancelCause]
+
+	// The frame being read (see beginRead): the tag expected, where its
+	// payload goes, how many header bytes have arrived, and how far into
+	// rparts the payload has got.
+	rhdr   [HeaderSize]byte
+	rwant  byte
+	rparts [][]byte
+	rhave  int
+	rpart  int
+	roff   int
+
+	whdr  [HeaderSize + 1]byte
+	wbufs [][]byte
+	batch [][]byte
+	// wrest is what a non-blocking write of a small frame did not take
+	// (see postFrame).
+	wrest []byte
+	// wdirty is set while a frame is partly written: the stream can then no
+	// longer carry another frame, so no Abort is sent on it.
+	wdirty bool
+
+	// reqs feeds the link's goroutine on the coordinator (see
+	// coordinator); nil elsewhere.
+	reqs chan request
+
+	// drained is closed when the goroutine draining the link at its end
+	// stops (see startDrain); drainedBytes is how much it read.
+	drained      chan struct{}
+	drainedBytes int
+}
+
+// cancelCause is why a link was cancelled.
+type cancelCause struct{ err error }
+
+// past is a deadline that has passed: it makes pending I/O return at once.
+var past = time.Unix(1, 0)
+
+func newLink(peer int, conn transport.Conn, timeout time.Duration) *link {
+	l := &link{peer: peer, conn: conn, timeout: timeout}
+	l.bw, _ = conn.(transport.BuffersWriter)
+	l.poller, _ = conn.(transport.Poller)
+	l.cw, _ = conn.(transport.CloseWriter)
+	return l
+}
+
+// cancelled returns the cause of a cancel, or nil.
+func (l *link) cancelled() error {
+	if c := l.cause.Load(); c != nil {
+		return c.err
+	}
+	return nil
+}
+
+// cancel makes the link's current and later I/O fail with err (the first
+// cause given wins) until resume. Any goroutine may call it.
+func (l *link) cancel(err error) {
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	l.cause.CompareAndSwap(nil, &cancelCause{err})
+	_ = l.conn.SetDeadline(past)
+}
+
+// resume ends a cancel. The owner calls it when no I/O is in progress; the
+// socket's deadlines are then unknown and the next I/O sets them.
+func (l *link) resume() {
+	l.cause.Store(nil)
+	l.rdl, l.wdl = time.Time{}, time.Time{}
+}
+
+// arm makes sure the next I/O call in one direction fails if it makes no
+// progress for the link's timeout: it sets the deadline to now + timeout +
+// deadlineSlack(timeout), unless the one set is still at least a timeout
+// away. So a silent peer is detected after between timeout and timeout +
+// slack, and a deadline is set at most once per slack, not once per I/O.
+// With an absolute deadline (until), that is the deadline. A cancelled
+// link returns the cancel's cause instead.
+func (l *link) arm(write bool) error {
+	if err := l.cancelled(); err != nil {
+		return err
+	}
+	cur := &l.rdl
+	if write {
+		cur = &l.wdl
+	}
+	var want time.Time
+	if !l.until.IsZero() {
+		if cur.Equal(l.until) {
+			return nil
+		}
+		want = l.until
+	} else {
+		now := time.Now()
+		if !cur.IsZero() && !cur.Before(now.Add(l.timeout)) {
+			return nil
+		}
+		want = now.Add(l.timeout + deadlineSlack(l.timeout))
+	}
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if err := l.cancelled(); err != nil {
+		return err
+	}
+	*cur = want
+	// A deadline that cannot be set (a pipe refuses once the peer has
+	// closed) is not the error to report: the I/O reports the real one.
+	if write {
+		_ = l.conn.SetWriteDeadline(want)
+	} else {
+		_ = l.conn.SetReadDeadline(want)
+	}
+	return nil
+}
+
+// deadlineSlack is how much later than d a silent peer may be detected:
+// min(d/20, 250 ms).
+func deadlineSlack(d time.Duration) time.Duration {
+	return min(d/20, 250*time.Millisecond)
+}
+
+// replyMargin is how much longer a worker waits for the coordinator than the
+// coordinator waits for a worker: min(timeout/2, 500 ms). When a third rank
+// hangs, the coordinator, which sees it first, can then name it to the
+// workers before their own deadlines pass.
+func replyMargin(timeout time.Duration) time.Duration {
+	return min(timeout/2, 500*time.Millisecond)
+}
+
+// ioErr is the error of a failed I/O call: the cancel's cause when the
+// link was cancelled (the passed deadline was ours), else err translated
+// at the edge. A write that failed because the peer is gone may have been
+// preceded by the peer's last words: an Abort it sent just before it
+// closed, waiting in our receive buffer. That Abort is the truth, and it
+// is returned instead (see lastWords).
+func (l *link) ioErr(err error, write bool) error {
+	if c := l.cancelled(); c != nil {
+		return c
+	}
+	err = edgeErr(err, write)
+	if write && peerGone(err) {
+		if ab := l.lastWords(); ab != nil {
+			return ab
+		}
+	}
+	return err
+}
+
+// peerGone reports whether a write failed because the peer closed or reset
+// the connection.
+func peerGone(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// lastWordsWait bounds how long lastWords waits for the peer's last frame;
+// a peer that is gone has sent everything it will, so this is a safety
+// bound only.
+const lastWordsWait = 100 * time.Millisecond
+
+// lastWords reads the next frame from a peer that closed while this end was
+// writing, and returns it if it is an Abort (the peer told us why before
+// it went), else nil. The system keeps the data that arrived before a
+// connection was reset readable after the failed write. It is only called
+// on a failed write, when no frame is being read from the link.
+func (l *link) lastWords() *AbortError {
+	l.dmu.Lock()
+	if l.cancelled() != nil {
+		l.dmu.Unlock()
+		return nil
+	}
+	l.rdl = time.Time{}
+	_ = l.conn.SetReadDeadline(time.Now().Add(min(l.timeout, lastWordsWait)))
+	l.dmu.Unlock()
+	var h [HeaderSize]byte
+	if _, err := io.ReadFull(l.conn, h[:]); err != nil {
+		return nil
+	}
+	n, tag, err := ParseHeader(h[:])
+	if err != nil || tag != TagAbort || n > MaxAbortReason {
+		return nil
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(l.conn, buf); err != nil {
+		return nil
+	}
+	return parseAbort(l.peer, buf)
+}
+
+// writeFrame sends one frame: the header, extra (0 or 1 bytes that belong to
+// the payload, e.g. the ReduceOp byte), then each part in order.
+func (l *link) writeFrame(tag byte, extra []byte, parts ...[]byte) error {
+	n := len(extra)
+	for _, p := range parts {
+		n += len(p)
+	}
+	PutHeader(l.whdr[:], tag, n)
+	copy(l.whdr[HeaderSize:], extra)
+	l.wdirty = true
+	if err := l.writeAll(l.whdr[:HeaderSize+len(extra)], parts); err != nil {
+		return err
+	}
+	l.wdirty = false
+	return nil
+}
+
+// writeAll writes hdr and parts, at most chunk bytes per call, each call
+// armed. With a BuffersWriter each call is one writev.
+func (l *link) writeAll(hdr []byte, parts [][]byte) error {
+	all := l.wbufs[:0]
+	if len(hdr) > 0 {
+		all = append(all, hdr)
+	}
+	for _, p := range parts {
+		if len(p) > 0 {
+			all = append(all, p)
+		}
+	}
+	l.wbufs = all[:0]
+	err := l.writeChunks(all)
+	clear(all) // do not keep the caller's memory alive
+	return err
+}
+
+// writeChunks writes bufs (which it consumes) in calls of at most chunk
+// bytes.
+func (l *link) writeChunks(bufs [][]byte) error {
+	for len(bufs) > 0 {
+		// Take up to chunk bytes from the front of bufs.
+		batch := l.batch[:0]
+		size := 0
+		for len(bufs) > 0 && size < chunk {
+			b := bufs[0]
+			if size+len(b) > chunk {
+				b = b[:chunk-size]
+				bufs[0] = bufs[0][len(b):]
+			} else {
+				bufs = bufs[1:]
+			}
+			batch = append(batch, b)
+			size += len(b)
+		}
+		l.batch = batch[:0]
+		err := l.writeBatch(batch)
+		clear(batch)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeBatch writes batch, at most chunk bytes, under one armed deadline.
+func (l *link) writeBatch(batch [][]byte) error {
+	if err := l.arm(true); err != nil {
+		return err
+	}
+	if l.bw != nil && len(batch) > 1 {
+		if _, err := l.bw.WriteBuffers(batch); err != nil {
+			return l.ioErr(err, true)
+		}
+		return nil
+	}
+	for _, b := range batch {
+		if _, err := l.conn.Write(b); err != nil {
+			return l.ioErr(err, true)
+		}
+	}
+	return nil
+}
+
+// readFull fills p, at most chunk bytes per armed deadline.
+func (l *link) readFull(p []byte) error {
+	for len(p) > 0 {
+		n := min(len(p), chunk)
+		if err := l.arm(false); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(l.conn, p[:n]); err != nil {
+			return l.ioErr(err, false)
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// beginRead starts reading a frame that must have tag want and a payload of
+// exactly the bytes of parts (in order), which it fills. finishRead (which
+// waits) and pollRead (which does not) move it forward; both may be used,
+// in any order, on one frame.
+func (l *link) beginRead(want byte, parts [][]byte) {
+	// Copied into the link's own slice, so parts itself does not escape
+	// and a variadic call does not allocate.
+	l.rparts = append(l.rparts[:0], parts...)
+	l.rwant, l.rhave, l.rpart, l.roff = want, 0, 0, 0
+}
+
+// checkHeader checks the header just read against the frame expected. An
+// Abort or Shutdown frame is turned into its error; any other tag, or a
+// length that differs, is refused without reading the payload.
+func (l *link) checkHeader() error {
+	n, tag, err := ParseHeader(l.rhdr[:])
+	if err == ErrZeroLength {
+		// LEN 0 leaves no room for the tag: a length mismatch like any
+		// other (spec table 5.3), reported as payload length -1.
+		err = nil
+		tag = l.rwant
+	}
+	if err != nil {
+		return err
+	}
+	if tag != l.rwant {
+		return l.unexpected(tag, l.rwant, n)
+	}
+	expected := 0
+	for _, p := range l.rparts {
+		expected += len(p)
+	}
+	if n != expected {
+		return &lengthError{tag: tag, got: n, expected: expected}
+	}
+	return nil
+}
+
+// finishRead reads the rest of the frame begun by beginRead, waiting for it
+// under the read timeout. An EOF before the frame's first byte is io.EOF;
+// after it, io.ErrUnexpectedEOF.
+func (l *link) finishRead() error {
+	if l.rhave < HeaderSize {
+		if err := l.readFull(l.rhdr[l.rhave:]); err != nil {
+			if l.rhave > 0 {
+				err = unexpectedEOF(err)
+			}
+			return err
+		}
+		l.rhave = HeaderSize
+		if err := l.checkHeader(); err != nil {
+			return err
+		}
+	}
+	for ; l.rpart < len(l.rparts); l.rpart, l.roff = l.rpart+1, 0 {
+		if err := l.readFull(l.rparts[l.rpart][l.roff:]); err != nil {
+			return unexpectedEOF(err)
+		}
+	}
+	l.endRead()
+	return nil
+}
+
+// endRead forgets the buffers of a completed frame, so the link does not
+// keep the caller's memory alive, and keeps the slice for the next one.
+func (l *link) endRead() {
+	clear(l.rparts)
+	l.rparts = l.rparts[:0]
+}
+
+// pollRead moves the frame begun by beginRead forward with what has already
+// arrived, without waiting (l.poller must be set). It reports whether the
+// frame is complete and how many bytes it took.
+func (l *link) pollRead() (done bool, got int, err error) {
+	if err := l.arm(false); err != nil {
+		return false, 0, err
+	}
+	for l.rhave < HeaderSize {
+		n, err := l.poller.ReadNow(l.rhdr[l.rhave:])
+		l.rhave += n
+		got += n
+		switch {
+		case err != nil:
+			err = l.ioErr(err, false)
+			if l.rhave > 0 {
+				err = unexpectedEOF(err)
+			}
+			return false, got, err
+		case n == 0:
+			return false, got, nil
+		case l.rhave == HeaderSize:
+			if err := l.checkHeader(); err != nil {
+				return false, got, err
+			}
+		}
+	}
+	for l.rpart < len(l.rparts) {
+		p := l.rparts[l.rpart][l.roff:]
+		if len(p) > 0 {
+			n, err := l.poller.ReadNow(p)
+			l.roff += n
+			got += n
+			if err != nil {
+				return false, got, unexpectedEOF(l.ioErr(err, false))
+			}
+			if n < len(p) {
+				return false, got, nil
+			}
+		}
+		l.rpart, l.roff = l.rpart+1, 0
+	}
+	l.endRead()
+	return true, got, nil
+}
+
+// readFrame reads a frame that must have tag want and a payload of exactly
+// the bytes of parts (in order), which it fills, waiting under the read
+// timeout. An Abort or Shutdown frame is turned into its error; any other
+// tag, or a length that differs, is refused without reading the payload.
+func (l *link) readFrame(want byte, parts ...[]byte) error {
+	l.beginRead(want, parts)
+	return l.finishRead()
+}
+
+// awaitFrame is readFrame that first polls the link for up to spin without
+// progress (when its transport is a transport.Poller and spin > 0), and
+// parks only if the frame has not arrived by then.
+func (l *link) awaitFrame(spin time.Duration, want byte, parts ...[]byte) error {
+	l.beginRead(want, parts)
+	if l.poller != nil && spin > 0 {
+		done, _, err := pollLinks(spin, l.timeout, l)
+		if err != nil || done == 1 {
+			return err
+		}
+	}
+	return l.finishRead()
+}
+
+// unexpected turns a frame with the wrong tag into an error: Abort frames
+// carry a reason (read if short enough), Shutdown means the coordinator
+// closed, anything else is a protocol error.
+func (l *link) unexpected(tag, want byte, n int) error {
+	switch {
+	case tag == TagAbort && n <= MaxAbortReason:
+		buf := make([]byte, n)
+		if err := l.readFull(buf); err != nil {
+			return unexpectedEOF(err)
+		}
+		return parseAbort(l.peer, buf)
+	case tag == TagShutdown && n == 0 && want != TagHandshake:
+		return ErrShutdown
+	}
+	return &tagError{got: tag, want: want, n: n}
+}
+
+// startDrain starts reading and discarding whatever the peer still sends,
+// until it closes its end, the conn closes, or until passes, so that a
+// peer blocked in a write (on an unbuffered transport) can move on and
+// read a final frame, and so that closing our end does not find unread
+// data (which would reset the connection and lose what we sent last).
+// l.drained is closed when it stops.
+func (l *link) startDrain(until time.Time) {
+	_ = l.conn.SetReadDeadline(until)
+	l.drained = make(chan struct{})
+	go func() {
+		defer close(l.drained)
+		var buf [4096]byte
+		for {
+			n, err := l.conn.Read(buf[:])
+			l.drainedBytes += n
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// sendFinal writes the link's last frame (Abort or Shutdown), unless a
+// write was cut mid-frame, within until. Drain first (startDrain).
+func (l *link) sendFinal(tag byte, payload []byte, until time.Time) error {
+	if l.wdirty {
+		return errDirty
+	}
+	if tag == TagAbort {
+		payload = capBytes(payload, MaxAbortReason)
+	}
+	_ = l.conn.SetWriteDeadline(until)
+	PutHeader(l.whdr[:], tag, len(payload))
+	var err error
+	if l.bw != nil && len(payload) > 0 {
+		_, err = l.bw.WriteBuffers([][]byte{l.whdr[:HeaderSize], payload})
+	} else if _, err = l.conn.Write(l.whdr[:HeaderSize]); err == nil && len(payload) > 0 {
+		_, err = l.conn.Write(payload)
+	}
+	if err != nil {
+		return edgeErr(err, true)
+	}
+	return nil
+}
+
+// errDirty is why no final frame goes out on a link whose last write was
+// cut in the middle of a frame.
+var errDirty = errors.New("star: the link's last frame was cut short")
+
+// finish ends a link after its final frame: it half-closes our end where
+// the conn can (the peer then reads the frame and EOF), waits for the
+// drain to stop (the peer closed its end, or the drain's deadline passed),
+// and closes the conn.
+// Without a half-close (an unbuffered pipe), a completed write means the
+// peer has the bytes, and the conn closes at once.
+func (l *link) finish() {
+	if l.cw != nil && l.cw.CloseWrite() == nil && l.drained != nil {
+		<-l.drained
+	}
+	_ = l.conn.Close()
+	if l.drained != nil {
+		<-l.drained
+	}
+}

@@ -3,18 +3,22 @@ package starcomm
 import (
 	"errors"
 	"fmt"
-	"math"
+	"maps"
 	"os"
+	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/internal/errfile"
 	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/transport/tcp"
 )
 
 // Environment variables (spec section 8 and the backend-selection spec).
+// The table in config_vars.go says what each one sets, allows and
+// defaults to, and which backends read it.
 const (
 	EnvBackend          = "COBRE_COMM_BACKEND"
 	EnvCoordinator      = "COBRE_TCP_COORDINATOR"
@@ -29,6 +33,9 @@ const (
 	// rank polls its TCP links for a small frame before parking
 	// (star.Config.Spin; 0 turns polling off).
 	EnvSpinUS = "COBRE_TCP_SPIN_US"
+	// EnvErrorFile names the file where this rank records its first
+	// failure for its launcher (Config.ErrorFile).
+	EnvErrorFile = errfile.Env
 )
 
 // Backend names.
@@ -42,12 +49,17 @@ const (
 // Backends lists the backend names COBRE_COMM_BACKEND accepts.
 var Backends = []string{BackendAuto, BackendTCP, BackendShm, BackendLocal}
 
+// defaultPort is the spec's coordinator port (COBRE_TCP_PORT).
+const defaultPort = 29500
+
 // Config is everything the environment can set, as Go fields. Build one
 // with DefaultConfig (then set fields) or ConfigFromEnv.
 type Config struct {
-	// Backend is auto, tcp, shm or local (COBRE_COMM_BACKEND, default auto).
-	// Auto picks tcp when Coordinator is set, else shm when ShmName is set,
-	// else local.
+	// Backend is auto, tcp, shm or local (COBRE_COMM_BACKEND, default
+	// auto). Auto picks tcp when Coordinator is set, else shm when ShmName
+	// is set, else tcp when Size > 1 or Rank > 0 (more than one rank: rank
+	// 0 listens, a worker needs Coordinator), else local. Local is
+	// single-rank: Size above 1 is an error.
 	Backend string
 	// Coordinator is the host or IP address of rank 0, which workers dial
 	// (COBRE_TCP_COORDINATOR). Rank 0 does not need it.
@@ -60,38 +72,46 @@ type Config struct {
 	// Size is the number of ranks (COBRE_TCP_SIZE).
 	Size int
 	// Timeout bounds every read and write of a collective and detects
-	// crashed, hung and cut-off ranks (COBRE_TCP_TIMEOUT_SECS, default 60 s).
+	// crashed, hung and cut-off ranks (COBRE_TCP_TIMEOUT_SECS, default
+	// star.DefaultConfig's, 60 s).
 	Timeout time.Duration
 	// BindAddr is the address rank 0 listens on (COBRE_TCP_BIND_ADDR,
-	// default 0.0.0.0).
+	// default tcp.DefaultConfig's, 0.0.0.0).
 	BindAddr string
 	// ConnectTimeout bounds start-up: a worker's retries to reach the
 	// coordinator and rank 0's wait for every worker
-	// (COBRE_TCP_CONNECT_TIMEOUT_MS, default 30000 ms).
+	// (COBRE_TCP_CONNECT_TIMEOUT_MS, default star.DefaultConfig's, 30 s).
 	ConnectTimeout time.Duration
 	// ShmName names the shared-memory segment of the shm backend
 	// (COBRE_SHM_NAME).
 	ShmName string
 	// Spin is how long a rank polls its TCP links for a small frame before
-	// it parks (COBRE_TCP_SPIN_US, default 100 µs; 0 turns polling off).
-	// See star.Config.Spin.
+	// it parks (COBRE_TCP_SPIN_US, default star.DefaultConfig's, 100 µs;
+	// 0 turns polling off). See star.Config.Spin.
 	Spin time.Duration
+	// ErrorFile is the path of the file where this rank records its first
+	// failure for its launcher (COBRE_ERROR_FILE; empty: no file). See
+	// package internal/errfile.
+	ErrorFile string
 	// Listening, if set, is called on rank 0 with the port it listens on
 	// (useful with Port 0) before it waits for workers.
 	Listening func(port int)
 }
 
-// DefaultConfig returns the defaults of the spec: backend auto, port 29500,
-// timeout 60 s, bind address 0.0.0.0, connect timeout 30 s, rank 0 of size 1.
+// DefaultConfig returns the defaults: backend auto, port 29500, rank 0 of
+// size 1, no error file, and the timeouts, spin and bind address of
+// star.DefaultConfig and tcp.DefaultConfig (timeout 60 s, connect timeout
+// 30 s, spin 100 µs, bind address 0.0.0.0).
 func DefaultConfig() Config {
+	sc, tc := star.DefaultConfig(), tcp.DefaultConfig()
 	return Config{
 		Backend:        BackendAuto,
-		Port:           29500,
+		Port:           defaultPort,
 		Size:           1,
-		Timeout:        60 * time.Second,
-		BindAddr:       "0.0.0.0",
-		ConnectTimeout: 30 * time.Second,
-		Spin:           star.DefaultConfig().Spin,
+		Timeout:        sc.Timeout,
+		BindAddr:       tc.BindAddr,
+		ConnectTimeout: sc.ConnectTimeout,
+		Spin:           sc.Spin,
 	}
 }
 
@@ -108,169 +128,240 @@ func (e *InvalidConfigurationError) Error() string {
 	return fmt.Sprintf("starcomm: invalid %s=%q: %s", e.Var, e.Value, e.Allowed)
 }
 
-// resolve returns the backend auto stands for.
-func (c Config) resolve() string {
-	b := strings.ToLower(strings.TrimSpace(c.Backend))
-	if b == "" || b == BackendAuto {
-		switch {
-		case c.Coordinator != "":
-			return BackendTCP
-		case c.ShmName != "":
-			return BackendShm
-		default:
-			return BackendLocal
-		}
-	}
-	return b
+// UnknownVariableError reports an environment variable whose name starts
+// with COBRE_ (or is a known name in other letter case) but that starcomm
+// does not know: most often a misspelt one, which would otherwise be
+// silently ignored. Suggestion is the closest known name, or "" when none
+// is close. The variable's value is not reported (it may be a secret).
+type UnknownVariableError struct {
+	Var        string
+	Suggestion string
 }
 
-// Validate checks c for the backend it selects and returns the first
-// problem, naming the Config field.
+func (e *UnknownVariableError) Error() string {
+	if e.Suggestion != "" {
+		return fmt.Sprintf("starcomm: unknown variable %s: did you mean %s?", e.Var, e.Suggestion)
+	}
+	return fmt.Sprintf("starcomm: unknown variable %s: not a starcomm variable (known: %s)", e.Var, strings.Join(knownNames(), ", "))
+}
+
+// resolve returns the backend c selects: its Backend, or for auto the
+// backend the other fields call for (see Config.Backend).
+func (c Config) resolve() string {
+	b := strings.ToLower(strings.TrimSpace(c.Backend))
+	if b != "" && b != BackendAuto {
+		return b
+	}
+	switch {
+	case c.Coordinator != "":
+		return BackendTCP
+	case c.ShmName != "":
+		return BackendShm
+	case c.Size > 1 || c.Rank > 0:
+		// More than one rank is never silently run as one.
+		return BackendTCP
+	default:
+		return BackendLocal
+	}
+}
+
+// Validate checks c for the backend it selects (see Config.Backend) with
+// the rules ConfigFromEnv applies to the variables, and returns every
+// problem: a *comm.InvalidBackendError for an unknown backend, else one
+// *InvalidConfigurationError per problem naming the Config field (joined
+// with errors.Join when there are several). Auto with Size > 1 and no
+// Coordinator selects tcp: fine on Rank 0, an error naming Coordinator on
+// a worker. Local with Size > 1 is an error naming Size.
 func (c Config) Validate() error {
 	b := c.resolve()
 	if !slices.Contains(Backends, b) {
 		return invalidBackend(c.Backend)
 	}
-	if b != BackendTCP {
-		return nil
+	var errs []error
+	failed := map[string]bool{}
+	bad := func(v *variable, allowed string) {
+		failed[v.name] = true
+		errs = append(errs, &InvalidConfigurationError{Var: v.field, Value: v.goValue(c), Allowed: allowed})
 	}
-	switch {
-	case c.Size < 1:
-		return &InvalidConfigurationError{Var: "Size", Value: strconv.Itoa(c.Size), Allowed: "must be at least 1"}
-	case c.Rank < 0 || c.Rank >= c.Size:
-		return &InvalidConfigurationError{Var: "Rank", Value: strconv.Itoa(c.Rank), Allowed: fmt.Sprintf("must be in 0..%d (Size is %d)", c.Size-1, c.Size)}
-	case c.Port < 0 || c.Port > 65535 || (c.Port == 0 && c.Rank != 0):
-		return &InvalidConfigurationError{Var: "Port", Value: strconv.Itoa(c.Port), Allowed: "must be in 1..65535 (0 only on rank 0, to pick a free port)"}
-	case c.Timeout <= 0:
-		return &InvalidConfigurationError{Var: "Timeout", Value: c.Timeout.String(), Allowed: "must be positive"}
-	case c.ConnectTimeout <= 0:
-		return &InvalidConfigurationError{Var: "ConnectTimeout", Value: c.ConnectTimeout.String(), Allowed: "must be positive"}
-	case c.Spin < 0:
-		return &InvalidConfigurationError{Var: "Spin", Value: c.Spin.String(), Allowed: "must be zero (no polling) or positive"}
-	case c.Rank > 0 && c.Size > 1 && c.Coordinator == "":
-		return &InvalidConfigurationError{Var: "Coordinator", Value: "", Allowed: "workers (rank > 0) need the coordinator's host"}
+	for i := range variables {
+		v := &variables[i]
+		if v.check == nil || !v.readBy(b) {
+			continue
+		}
+		if allowed := v.check(b, c); allowed != "" {
+			bad(v, allowed)
+		}
 	}
-	return nil
+	for _, p := range c.rankRules(b, fieldName) {
+		if !slices.ContainsFunc(p.involves, func(n string) bool { return failed[n] }) {
+			bad(lookupVariable(p.name), p.allowed)
+		}
+	}
+	rank := rankGood
+	if failed[EnvRank] {
+		rank = rankBad
+	}
+	for i := range variables {
+		v := &variables[i]
+		if v.need != nil && v.need.when(b, c, rank) && v.show(c) == "" {
+			errs = append(errs, &InvalidConfigurationError{Var: v.field, Value: "", Allowed: v.need.why})
+		}
+	}
+	return joinErrors(errs)
 }
 
 func invalidBackend(name string) error {
 	return &comm.InvalidBackendError{Name: name, Available: Backends}
 }
 
-// ConfigFromEnv reads the COBRE_* variables from the process environment.
-// See ConfigFromLookup.
-func ConfigFromEnv() (Config, error) { return ConfigFromLookup(os.LookupEnv) }
+// joinErrors returns nil, the one error, or errors.Join of several, so
+// that a single error can also be type-asserted.
+func joinErrors(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
 
-// ConfigFromLookup reads the COBRE_* variables through lookup (os.LookupEnv
-// in production). It returns a *comm.InvalidBackendError for an unknown
-// backend, a *comm.MissingConfigurationError listing every required
-// variable that is unset, or an *InvalidConfigurationError naming the first
-// variable whose value is not allowed (with all such errors joined).
+// ConfigFromEnv reads the COBRE_* variables from the process environment
+// (os.Environ). See ConfigFromEnviron.
+func ConfigFromEnv() (Config, error) { return ConfigFromEnviron(os.Environ()) }
+
+// ConfigFromEnviron reads the COBRE_* variables from environ, a list of
+// "NAME=value" entries as os.Environ returns (a later entry for the same
+// name wins, as in os/exec). It returns what ConfigFromLookup returns, and
+// also one *UnknownVariableError for each variable that is named COBRE_*
+// (or spelt like a known one in other letter case), set to a non-blank
+// value and not one starcomm knows, whatever the backend; all errors are
+// joined with errors.Join, unknown variables first.
+func ConfigFromEnviron(environ []string) (Config, error) {
+	vars := map[string]string{}
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			continue
+		}
+		vars[name] = value
+	}
+	var unknown []error
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		if strings.TrimSpace(vars[name]) == "" || lookupVariable(name) != nil || !looksOurs(name) {
+			continue
+		}
+		unknown = append(unknown, &UnknownVariableError{Var: name, Suggestion: suggest(name)})
+	}
+	c, errs := configFromVars(func(name string) (string, bool) { v, ok := vars[name]; return v, ok })
+	return c, joinErrors(append(unknown, errs...))
+}
+
+// ConfigFromLookup reads the COBRE_* variables through lookup (for
+// instance os.LookupEnv). A variable set to blanks counts as unset. It
+// returns a *comm.InvalidBackendError for an unknown backend, a
+// *comm.MissingConfigurationError listing every required variable that is
+// unset, and an *InvalidConfigurationError for each variable whose value
+// is not allowed (several errors joined with errors.Join). Only the
+// variables the selected backend reads are checked. Lookup cannot list the
+// variables that are set, so misspelt ones are not reported: use
+// ConfigFromEnv or ConfigFromEnviron for that.
 func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
+	c, errs := configFromVars(lookup)
+	return c, joinErrors(errs)
+}
+
+// configFromVars parses the table's variables through lookup and applies
+// the rules of the backend they select.
+func configFromVars(lookup func(string) (string, bool)) (Config, []error) {
 	c := DefaultConfig()
-	get := func(name string) (string, bool) {
-		v, ok := lookup(name)
-		v = strings.TrimSpace(v)
-		return v, ok && v != ""
-	}
-	if v, ok := get(EnvBackend); ok {
-		c.Backend = strings.ToLower(v)
-	}
-	c.Coordinator, _ = get(EnvCoordinator)
-	c.ShmName, _ = get(EnvShmName)
-	backend := c.resolve()
-	if !slices.Contains(Backends, backend) {
-		return c, invalidBackend(c.Backend)
-	}
-	if backend != BackendTCP {
-		return c, nil
-	}
-
-	var errs []error
-	bad := func(name, value, allowed string) {
-		errs = append(errs, &InvalidConfigurationError{Var: name, Value: value, Allowed: allowed})
-	}
-	integer := func(name string, lo, hi int64, allowed string) (int64, bool) {
-		v, _ := get(name)
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			bad(name, v, "not an integer; "+allowed)
-			return 0, false
+	values := map[string]string{} // the non-blank variables, trimmed
+	bad := map[string]error{}     // their parse errors
+	for i := range variables {
+		v := &variables[i]
+		s, _ := lookup(v.name)
+		if s = strings.TrimSpace(s); s == "" {
+			continue
 		}
-		if n < lo || n > hi {
-			bad(name, v, allowed)
-			return 0, false
-		}
-		return n, true
-	}
-
-	var missing []string
-	_, hasRank := get(EnvRank)
-	_, hasSize := get(EnvSize)
-	if !hasRank {
-		missing = append(missing, EnvRank)
-	}
-	if !hasSize {
-		missing = append(missing, EnvSize)
-	}
-	rankOK, sizeOK := false, false
-	if hasSize {
-		var n int64
-		if n, sizeOK = integer(EnvSize, 1, math.MaxInt32, "must be an integer >= 1"); sizeOK {
-			c.Size = int(n)
-		}
-	}
-	if hasRank {
-		var n int64
-		if n, rankOK = integer(EnvRank, 0, math.MaxInt32, "must be an integer >= 0 and < "+EnvSize); rankOK {
-			c.Rank = int(n)
-			if sizeOK && c.Rank >= c.Size {
-				rankOK = false
-				bad(EnvRank, strconv.Itoa(c.Rank), fmt.Sprintf("must be < %s (%d): ranks are 0..%d", EnvSize, c.Size, c.Size-1))
+		values[v.name] = s
+		if err := v.parse(&c, s); err != nil {
+			var na notAllowed
+			if errors.As(err, &na) {
+				err = &InvalidConfigurationError{Var: v.name, Value: s, Allowed: string(na)}
 			}
+			bad[v.name] = err
 		}
 	}
-	// Workers need the coordinator's address; rank 0 does not. With an
-	// unknown rank, say it is needed unless this is known to be rank 0.
-	if c.Coordinator == "" && (!hasRank || (rankOK && c.Rank > 0)) {
-		missing = append(missing, EnvCoordinator)
+	if err := bad[EnvBackend]; err != nil {
+		return c, []error{err}
 	}
+	b := c.resolve()
+	var invalid []error
+	for i := range variables {
+		if v := &variables[i]; bad[v.name] != nil && v.readBy(b) {
+			invalid = append(invalid, bad[v.name])
+		}
+	}
+	for _, p := range c.rankRules(b, envName) {
+		if slices.ContainsFunc(p.involves, func(n string) bool { _, set := values[n]; return !set || bad[n] != nil }) {
+			continue
+		}
+		bad[p.name] = &InvalidConfigurationError{Var: p.name, Value: values[p.name], Allowed: p.allowed}
+		invalid = append(invalid, bad[p.name])
+	}
+	rank := rankGood
+	if _, set := values[EnvRank]; !set {
+		rank = rankUnset
+	} else if bad[EnvRank] != nil {
+		rank = rankBad
+	}
+	var missing []string
+	for i := range variables {
+		v := &variables[i]
+		if _, set := values[v.name]; !set && v.need != nil && v.need.when(b, c, rank) {
+			missing = append(missing, v.name)
+		}
+	}
+	var errs []error
 	if len(missing) > 0 {
-		return c, &comm.MissingConfigurationError{Backend: BackendTCP, MissingVars: missing}
+		errs = append(errs, &comm.MissingConfigurationError{Backend: b, MissingVars: missing})
 	}
-	if _, ok := get(EnvPort); ok {
-		if n, ok := integer(EnvPort, 1, 65535, "must be a TCP port in 1..65535"); ok {
-			c.Port = int(n)
+	return c, append(errs, invalid...)
+}
+
+// rankProblem is a rule that ties several variables together, broken.
+type rankProblem struct {
+	name     string   // the variable at fault
+	allowed  string   // what is allowed
+	involves []string // the variables the rule reads
+}
+
+// rankRules checks the rules that tie Rank, Size and Backend together, for
+// backend b; name writes a variable's name as the error shows it.
+func (c Config) rankRules(b string, name func(string) string) []rankProblem {
+	var ps []rankProblem
+	switch b {
+	case BackendTCP:
+		if c.Rank >= c.Size {
+			ps = append(ps, rankProblem{EnvRank, fmt.Sprintf("must be < %s (%d): ranks are 0..%d", name(EnvSize), c.Size, c.Size-1), []string{EnvRank, EnvSize}})
+		}
+	case BackendLocal:
+		if c.Size > 1 {
+			ps = append(ps, rankProblem{EnvSize, fmt.Sprintf("the local backend is single-rank: must be 1 (%s=%s runs several ranks)", name(EnvBackend), BackendTCP), []string{EnvSize}})
+		}
+		if c.Rank != 0 {
+			ps = append(ps, rankProblem{EnvRank, "the local backend is single-rank: must be 0", []string{EnvRank}})
 		}
 	}
-	if v, ok := get(EnvTimeoutSecs); ok {
-		secs, err := strconv.ParseFloat(v, 64)
-		switch {
-		case err != nil || math.IsNaN(secs) || math.IsInf(secs, 0):
-			bad(EnvTimeoutSecs, v, "not a number; must be a positive number of seconds")
-		case secs <= 0:
-			bad(EnvTimeoutSecs, v, "must be a positive number of seconds")
-		case secs > 24*3600*365:
-			bad(EnvTimeoutSecs, v, "must be at most one year")
-		default:
-			c.Timeout = time.Duration(secs * float64(time.Second))
-		}
-	}
-	if v, ok := get(EnvBindAddr); ok {
-		c.BindAddr = v
-	}
-	if _, ok := get(EnvConnectTimeoutMS); ok {
-		if n, ok := integer(EnvConnectTimeoutMS, 1, math.MaxInt32, "must be a positive number of milliseconds"); ok {
-			c.ConnectTimeout = time.Duration(n) * time.Millisecond
-		}
-	}
-	if _, ok := get(EnvSpinUS); ok {
-		if n, ok := integer(EnvSpinUS, 0, 1_000_000, "must be a number of microseconds in 0..1000000 (0: no polling)"); ok {
-			c.Spin = time.Duration(n) * time.Microsecond
-		}
-	}
-	if len(errs) > 0 {
-		return c, errors.Join(errs...)
-	}
-	return c, nil
+	return ps
+}
+
+// envName and fieldName write a variable's name as ConfigFromEnv's and
+// Validate's errors show it.
+func envName(name string) string   { return name }
+func fieldName(name string) string { return lookupVariable(name).field }
+
+// goValue writes v's Config field as Validate's errors show it.
+func (v *variable) goValue(c Config) string {
+	return fmt.Sprint(reflect.ValueOf(c).FieldByName(v.field).Interface())
 }

@@ -1,8 +1,14 @@
 package starcomm_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +17,9 @@ import (
 
 	"github.com/starcomm/starcomm"
 	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/internal/errfile"
+	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/transport/tcp"
 )
 
 func lookup(env map[string]string) func(string) (string, bool) {
@@ -190,4 +199,439 @@ func TestBackendSelection(t *testing.T) {
 		assert.Equal(t, "tcp", ife.Backend)
 		assert.True(t, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errDeadline()), "%v", err)
 	})
+}
+
+// parseEnviron parses env ("NAME=value" entries) with ConfigFromEnviron
+// and, when env names no unknown variable, checks that ConfigFromLookup
+// agrees.
+func parseEnviron(t *testing.T, env ...string) (starcomm.Config, error) {
+	t.Helper()
+	cfg, err := starcomm.ConfigFromEnviron(env)
+	var unknown *starcomm.UnknownVariableError
+	if !errors.As(err, &unknown) {
+		m := map[string]string{}
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			m[k] = v
+		}
+		cfg2, err2 := starcomm.ConfigFromLookup(lookup(m))
+		assert.Equal(t, fmt.Sprint(err), fmt.Sprint(err2), "ConfigFromLookup disagrees")
+		cfg.Listening, cfg2.Listening = nil, nil
+		assert.Equal(t, cfg, cfg2, "ConfigFromLookup disagrees")
+	}
+	return cfg, err
+}
+
+// envCase names a subtest after its environment: NAME=value,NAME=value.
+func envCase(env []string) string {
+	if len(env) == 0 {
+		return "empty"
+	}
+	return strings.Join(env, ",")
+}
+
+// allErrors flattens errors.Join trees.
+func allErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, allErrors(e)...)
+		}
+		return out
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+// TestConfigBackendRules: a size above 1 (or a rank above 0) is never run
+// as one rank; auto still picks tcp for a coordinator, shm for a segment
+// name, else local; local is single-rank.
+func TestConfigBackendRules(t *testing.T) {
+	cases := []struct {
+		env     []string
+		backend string   // the backend selected, when there is no error
+		missing []string // the MissingConfigurationError's variables
+		invalid string   // the InvalidConfigurationError's variable
+		msg     string   // the whole error message, when given
+	}{
+		// auto, more than one rank, no coordinator
+		{env: []string{"COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0"}, backend: "tcp"},
+		{env: []string{"COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=2"}, missing: []string{"COBRE_TCP_COORDINATOR"},
+			msg: "comm: tcp backend: missing required configuration: COBRE_TCP_COORDINATOR"},
+		{env: []string{"COBRE_TCP_SIZE=4"}, missing: []string{"COBRE_TCP_COORDINATOR", "COBRE_TCP_RANK"}},
+		{env: []string{"COBRE_TCP_RANK=2"}, missing: []string{"COBRE_TCP_COORDINATOR", "COBRE_TCP_SIZE"}},
+		{env: []string{"COBRE_COMM_BACKEND=auto", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=3"}, missing: []string{"COBRE_TCP_COORDINATOR"}},
+		{env: []string{"COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=4"}, invalid: "COBRE_TCP_RANK",
+			msg: `starcomm: invalid COBRE_TCP_RANK="4": must be < COBRE_TCP_SIZE (4): ranks are 0..3`},
+		{env: []string{"COBRE_TCP_SIZE=1", "COBRE_TCP_RANK=1"}, invalid: "COBRE_TCP_RANK"},
+		{env: []string{"COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=one"}, invalid: "COBRE_TCP_RANK"},
+		{env: []string{"COBRE_TCP_SIZE=four", "COBRE_TCP_RANK=0"}, invalid: "COBRE_TCP_SIZE",
+			msg: `starcomm: invalid COBRE_TCP_SIZE="four": not an integer; must be an integer >= 1`},
+		{env: []string{"COBRE_TCP_SIZE=0"}, invalid: "COBRE_TCP_SIZE"},
+		{env: []string{"COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0", "COBRE_TCP_PORT=0"}, invalid: "COBRE_TCP_PORT"},
+		// auto, what was already so
+		{env: nil, backend: "local"},
+		{env: []string{"COBRE_TCP_SIZE=1"}, backend: "local"},
+		{env: []string{"COBRE_TCP_SIZE=1", "COBRE_TCP_RANK=0"}, backend: "local"},
+		{env: []string{"COBRE_TCP_RANK=0"}, backend: "local"},
+		{env: []string{"COBRE_TCP_PORT=http"}, backend: "local"}, // local does not read the port
+		{env: []string{"COBRE_TCP_COORDINATOR=h", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=2"}, backend: "tcp"},
+		{env: []string{"COBRE_TCP_COORDINATOR=h", "COBRE_TCP_SIZE=1", "COBRE_TCP_RANK=0"}, backend: "tcp"},
+		{env: []string{"COBRE_SHM_NAME=seg"}, backend: "shm"},
+		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=2"}, backend: "shm"},
+		// explicit backends
+		{env: []string{"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0"}, backend: "tcp"},
+		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_SIZE=4"}, invalid: "COBRE_TCP_SIZE",
+			msg: `starcomm: invalid COBRE_TCP_SIZE="4": the local backend is single-rank: must be 1 (COBRE_COMM_BACKEND=tcp runs several ranks)`},
+		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0", "COBRE_TCP_COORDINATOR=h"}, invalid: "COBRE_TCP_SIZE"},
+		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_RANK=2"}, invalid: "COBRE_TCP_RANK",
+			msg: `starcomm: invalid COBRE_TCP_RANK="2": the local backend is single-rank: must be 0`},
+		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_SIZE=x"}, invalid: "COBRE_TCP_SIZE"},
+		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_SIZE=1", "COBRE_TCP_RANK=0"}, backend: "local"},
+		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_COORDINATOR=h", "COBRE_TCP_PORT=x"}, backend: "local"},
+		{env: []string{"COBRE_COMM_BACKEND=shm", "COBRE_TCP_SIZE=x"}, backend: "shm"}, // shm does not read the size
+	}
+	for _, tc := range cases {
+		t.Run(envCase(tc.env), func(t *testing.T) {
+			cfg, err := parseEnviron(t, tc.env...)
+			if tc.backend != "" {
+				require.NoError(t, err)
+				assert.Equal(t, tc.backend, starcomm.Resolve(cfg))
+				assert.NoError(t, cfg.Validate(), "Validate agrees with the environment's rules")
+				return
+			}
+			require.Error(t, err)
+			if tc.msg != "" {
+				assert.EqualError(t, err, tc.msg)
+			}
+			var m *comm.MissingConfigurationError
+			if tc.missing != nil {
+				require.ErrorAs(t, err, &m)
+				assert.Equal(t, "tcp", m.Backend)
+				assert.Equal(t, tc.missing, m.MissingVars)
+			} else {
+				assert.False(t, errors.As(err, &m), "unexpected %v", m)
+			}
+			var ic *starcomm.InvalidConfigurationError
+			if tc.invalid != "" {
+				require.ErrorAs(t, err, &ic)
+				assert.Equal(t, tc.invalid, ic.Var)
+				assert.Len(t, allErrors(err), 1, "one error only: %v", err)
+			} else {
+				assert.False(t, errors.As(err, &ic), "unexpected %v", ic)
+			}
+		})
+	}
+}
+
+// TestConfigValidateRules: Validate applies the environment's rules to a
+// Config built in Go, naming the fields.
+func TestConfigValidateRules(t *testing.T) {
+	def := starcomm.DefaultConfig
+	with := func(f func(*starcomm.Config)) starcomm.Config { c := def(); f(&c); return c }
+	cases := []struct {
+		name    string
+		cfg     starcomm.Config
+		backend string   // the backend selected
+		invalid []string // the fields named, in order; none: valid
+		msg     string
+	}{
+		{"Size=4,Rank=0", with(func(c *starcomm.Config) { c.Size = 4 }), "tcp", nil, ""},
+		{"Size=4,Rank=2", with(func(c *starcomm.Config) { c.Size, c.Rank = 4, 2 }), "tcp", []string{"Coordinator"},
+			`starcomm: invalid Coordinator="": workers (rank > 0) need the coordinator's host`},
+		{"Size=4,Rank=2,Coordinator=h", with(func(c *starcomm.Config) { c.Size, c.Rank, c.Coordinator = 4, 2, "h" }), "tcp", nil, ""},
+		{"Size=1,Rank=1", with(func(c *starcomm.Config) { c.Rank = 1 }), "tcp", []string{"Rank"},
+			`starcomm: invalid Rank="1": must be < Size (1): ranks are 0..0`},
+		{"Size=4,Rank=0,ShmName=seg", with(func(c *starcomm.Config) { c.Size, c.ShmName = 4, "seg" }), "shm", nil, ""},
+		{"default", def(), "local", nil, ""},
+		{"zero", starcomm.Config{}, "local", nil, ""},
+		{"Backend=local,Size=4", with(func(c *starcomm.Config) { c.Backend, c.Size = "local", 4 }), "local", []string{"Size"},
+			`starcomm: invalid Size="4": the local backend is single-rank: must be 1 (Backend=tcp runs several ranks)`},
+		{"Backend=local,Rank=1", with(func(c *starcomm.Config) { c.Backend, c.Rank = "local", 1 }), "local", []string{"Rank"}, ""},
+		{"Backend=local,Port=-1", with(func(c *starcomm.Config) { c.Backend, c.Port = "local", -1 }), "local", nil, ""},
+		{"Backend=tcp,Size=0", with(func(c *starcomm.Config) { c.Backend, c.Size = "tcp", 0 }), "tcp", []string{"Size"}, ""},
+		{"Backend=tcp,Rank=-1", with(func(c *starcomm.Config) { c.Backend, c.Rank = "tcp", -1 }), "tcp", []string{"Rank"}, ""},
+		{"Backend=tcp,Size=2,Rank=1,Port=0", with(func(c *starcomm.Config) { c.Backend, c.Size, c.Rank, c.Coordinator, c.Port = "tcp", 2, 1, "h", 0 }), "tcp", []string{"Port"}, ""},
+		{"Backend=tcp,Port=0", with(func(c *starcomm.Config) { c.Backend, c.Port = "tcp", 0 }), "tcp", nil, ""},
+		{"Backend=tcp,Port=-1,Timeout=0,ConnectTimeout=-1s,Spin=-1ns", with(func(c *starcomm.Config) {
+			c.Backend, c.Port, c.Timeout, c.ConnectTimeout, c.Spin = "tcp", -1, 0, -time.Second, -1
+		}), "tcp", []string{"Port", "Timeout", "ConnectTimeout", "Spin"}, ""},
+		{"Backend=tcp,Spin=0", with(func(c *starcomm.Config) { c.Backend, c.Spin = "tcp", 0 }), "tcp", nil, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.backend, starcomm.Resolve(tc.cfg))
+			err := tc.cfg.Validate()
+			if tc.invalid == nil {
+				require.NoError(t, err)
+				return
+			}
+			var got []string
+			for _, e := range allErrors(err) {
+				var ic *starcomm.InvalidConfigurationError
+				require.ErrorAs(t, e, &ic)
+				got = append(got, ic.Var)
+			}
+			assert.Equal(t, tc.invalid, got, "%v", err)
+			if tc.msg != "" {
+				assert.EqualError(t, err, tc.msg)
+			}
+		})
+	}
+	t.Run("Backend=mpi", func(t *testing.T) {
+		var ib *comm.InvalidBackendError
+		require.ErrorAs(t, with(func(c *starcomm.Config) { c.Backend = "mpi" }).Validate(), &ib)
+	})
+}
+
+// TestConfigUnknownVariables: a COBRE_* variable starcomm does not know is
+// an error naming it and the closest known name, whatever the backend.
+func TestConfigUnknownVariables(t *testing.T) {
+	worker := []string{"COBRE_TCP_RANK=2", "COBRE_TCP_SIZE=4"}
+	cases := []struct {
+		env        []string
+		unknown    string // the unknown variable
+		suggestion string
+		msg        string // the whole error message
+		missing    bool   // a MissingConfigurationError comes too
+	}{
+		{env: append([]string{"COBRE_TCP_CORDINATOR=node0"}, worker...), unknown: "COBRE_TCP_CORDINATOR", suggestion: "COBRE_TCP_COORDINATOR", missing: true,
+			msg: "starcomm: unknown variable COBRE_TCP_CORDINATOR: did you mean COBRE_TCP_COORDINATOR?\n" +
+				"comm: tcp backend: missing required configuration: COBRE_TCP_COORDINATOR"},
+		{env: []string{"COBRE_TCP_TIMEOUT_SEC=5"}, unknown: "COBRE_TCP_TIMEOUT_SEC", suggestion: "COBRE_TCP_TIMEOUT_SECS",
+			msg: "starcomm: unknown variable COBRE_TCP_TIMEOUT_SEC: did you mean COBRE_TCP_TIMEOUT_SECS?"},
+		{env: []string{"COBRE_COMM_BACKED=tcp", "COBRE_TCP_RANK=0", "COBRE_TCP_SIZE=4"}, unknown: "COBRE_COMM_BACKED", suggestion: "COBRE_COMM_BACKEND",
+			msg: "starcomm: unknown variable COBRE_COMM_BACKED: did you mean COBRE_COMM_BACKEND?"},
+		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_SPIN_MS=5"}, unknown: "COBRE_TCP_SPIN_MS", suggestion: "COBRE_TCP_SPIN_US"},
+		{env: []string{"COBRE_ERRORFILE=/tmp/e"}, unknown: "COBRE_ERRORFILE", suggestion: "COBRE_ERROR_FILE"},
+		{env: []string{"COBRE_RANK=1"}, unknown: "COBRE_RANK", suggestion: "COBRE_TCP_RANK"},
+		{env: []string{"cobre_tcp_size=4"}, unknown: "cobre_tcp_size", suggestion: "COBRE_TCP_SIZE",
+			msg: "starcomm: unknown variable cobre_tcp_size: did you mean COBRE_TCP_SIZE?"},
+		{env: []string{"COBRE_XYZZY_PLUGH=1"}, unknown: "COBRE_XYZZY_PLUGH",
+			msg: "starcomm: unknown variable COBRE_XYZZY_PLUGH: not a starcomm variable (known: COBRE_COMM_BACKEND, COBRE_TCP_COORDINATOR, COBRE_TCP_PORT, " +
+				"COBRE_TCP_RANK, COBRE_TCP_SIZE, COBRE_TCP_TIMEOUT_SECS, COBRE_TCP_BIND_ADDR, COBRE_TCP_CONNECT_TIMEOUT_MS, COBRE_SHM_NAME, COBRE_TCP_SPIN_US, COBRE_ERROR_FILE)"},
+		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_DEBUG=1"}, unknown: "COBRE_DEBUG"},
+	}
+	for _, tc := range cases {
+		t.Run(envCase(tc.env), func(t *testing.T) {
+			_, err := starcomm.ConfigFromEnviron(tc.env)
+			var u *starcomm.UnknownVariableError
+			require.ErrorAs(t, err, &u)
+			assert.Equal(t, tc.unknown, u.Var)
+			assert.Equal(t, tc.suggestion, u.Suggestion)
+			if tc.msg != "" {
+				assert.EqualError(t, err, tc.msg)
+			}
+			var m *comm.MissingConfigurationError
+			assert.Equal(t, tc.missing, errors.As(err, &m), "%v", err)
+			assert.Len(t, allErrors(err), map[bool]int{false: 1, true: 2}[tc.missing])
+		})
+	}
+	// Not unknown: blank, not COBRE_, known.
+	for _, env := range [][]string{
+		{"COBRE_TCP_CORDINATOR="}, {"COBRE_TCP_CORDINATOR= "}, {"COBREX=1"}, {"XCOBRE_TCP_SIZE=4"}, {"PATH=/bin", "HOME=/root"},
+		{"COBRE_TCP_SIZE=1", "COBRE_ERROR_FILE=/tmp/e"}, {"=C:=C:\\"}, {"NOEQUALS"},
+	} {
+		t.Run(envCase(env), func(t *testing.T) {
+			_, err := starcomm.ConfigFromEnviron(env)
+			require.NoError(t, err)
+		})
+	}
+}
+
+// TestConfigUnknownVariablesAllAtOnce: every unknown variable is reported,
+// sorted by name, with the other configuration errors after them.
+func TestConfigUnknownVariablesAllAtOnce(t *testing.T) {
+	_, err := starcomm.ConfigFromEnviron([]string{
+		"COBRE_TCP_TIMEOUT_SEC=5", "PATH=/bin", "COBRE_TCP_CORDINATOR=h", "COBRE_COMM_BACKED=tcp", "COBRE_XYZZY_PLUGH=1",
+		"COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=2", "COBRE_TCP_PORT=0",
+	})
+	var got []string
+	for _, e := range allErrors(err) {
+		var u *starcomm.UnknownVariableError
+		var m *comm.MissingConfigurationError
+		var ic *starcomm.InvalidConfigurationError
+		switch {
+		case errors.As(e, &u):
+			got = append(got, u.Var+"->"+u.Suggestion)
+		case errors.As(e, &m):
+			got = append(got, "missing "+strings.Join(m.MissingVars, " "))
+		case errors.As(e, &ic):
+			got = append(got, "invalid "+ic.Var)
+		default:
+			t.Errorf("unexpected error %v", e)
+		}
+	}
+	assert.Equal(t, []string{
+		"COBRE_COMM_BACKED->COBRE_COMM_BACKEND",
+		"COBRE_TCP_CORDINATOR->COBRE_TCP_COORDINATOR",
+		"COBRE_TCP_TIMEOUT_SEC->COBRE_TCP_TIMEOUT_SECS",
+		"COBRE_XYZZY_PLUGH->",
+		"missing COBRE_TCP_COORDINATOR",
+		"invalid COBRE_TCP_PORT",
+	}, got)
+}
+
+// TestConfigSuggestion: the closest known name when one is close, else "".
+func TestConfigSuggestion(t *testing.T) {
+	for name, want := range map[string]string{
+		"COBRE_TCP_CORDINATOR":           "COBRE_TCP_COORDINATOR",
+		"COBRE_TCP_COORDINATR":           "COBRE_TCP_COORDINATOR",
+		"COBRE_TCP_COORDIANTOR":          "COBRE_TCP_COORDINATOR", // a swap is one edit
+		"COBRE_TCP_TIMEOUT_SEC":          "COBRE_TCP_TIMEOUT_SECS",
+		"COBRE_TCP_TIMEOUT":              "COBRE_TCP_TIMEOUT_SECS",
+		"COBRE_TIMEOUT_SECS":             "COBRE_TCP_TIMEOUT_SECS",
+		"COBRE_TCP_CONNECT_TIMEOUT_SECS": "COBRE_TCP_CONNECT_TIMEOUT_MS",
+		"COBRE_COMM_BACKED":              "COBRE_COMM_BACKEND",
+		"COBRE_BACKEND":                  "COBRE_COMM_BACKEND",
+		"COBRE_TCP_RANKS":                "COBRE_TCP_RANK",
+		"COBRE_SIZE":                     "COBRE_TCP_SIZE",
+		"COBRE_TCP_BINDADDR":             "COBRE_TCP_BIND_ADDR",
+		"COBRE_SHM_NAMES":                "COBRE_SHM_NAME",
+		"COBRE_ERR_FILE":                 "COBRE_ERROR_FILE",
+		"cobre_tcp_port":                 "COBRE_TCP_PORT",
+		"COBRE_XYZZY_PLUGH":              "",
+		"COBRE_VERBOSE":                  "",
+		"COBRE_":                         "",
+		"COBRE_TCP_NODELAY":              "",
+		"COBRE_LOG_LEVEL":                "",
+	} {
+		t.Run("name="+name, func(t *testing.T) {
+			assert.Equal(t, want, starcomm.SuggestVariable(name))
+		})
+	}
+}
+
+// TestConfigFromEnvReadsEnviron: ConfigFromEnv sees every variable of the
+// process environment, so it reports unknown ones.
+func TestConfigFromEnvReadsEnviron(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "COBRE_") {
+			t.Setenv(k, "") // blank: unset for starcomm
+		}
+	}
+	t.Setenv("COBRE_TCP_CORDINATOR", "node0")
+	t.Setenv("COBRE_TCP_SIZE", "1")
+	_, err := starcomm.ConfigFromEnv()
+	var u *starcomm.UnknownVariableError
+	require.ErrorAs(t, err, &u)
+	assert.Equal(t, "COBRE_TCP_COORDINATOR", u.Suggestion)
+	_, err = starcomm.FromEnv(context.Background())
+	require.ErrorAs(t, err, &u)
+}
+
+// TestConfigEnvironEntries: a later entry wins; blanks are trimmed.
+func TestConfigEnvironEntries(t *testing.T) {
+	cfg, err := starcomm.ConfigFromEnviron([]string{"COBRE_TCP_SIZE=4", "COBRE_TCP_SIZE=1", "COBRE_TCP_BIND_ADDR= 10.0.0.1 ", "COBRE_TCP_RANK=0=0"})
+	var ic *starcomm.InvalidConfigurationError
+	require.ErrorAs(t, err, &ic) // "0=0" is the value of COBRE_TCP_RANK
+	assert.Equal(t, "COBRE_TCP_RANK", ic.Var)
+	assert.Equal(t, "0=0", ic.Value)
+	assert.Equal(t, 1, cfg.Size)
+	cfg, err = starcomm.ConfigFromEnviron([]string{"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_SIZE=1", "COBRE_TCP_RANK=0", "COBRE_TCP_BIND_ADDR= 10.0.0.1 "})
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.1", cfg.BindAddr)
+}
+
+// TestConfigErrorFile: COBRE_ERROR_FILE is any non-blank path, read
+// whatever the backend.
+func TestConfigErrorFile(t *testing.T) {
+	assert.Equal(t, errfile.Env, starcomm.EnvErrorFile)
+	assert.Equal(t, "COBRE_ERROR_FILE", starcomm.EnvErrorFile)
+	cases := []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"COBRE_ERROR_FILE=/tmp/rank0.json"}, "/tmp/rank0.json"},
+		{[]string{"COBRE_ERROR_FILE=rel/dir with spaces/e.json"}, "rel/dir with spaces/e.json"},
+		{[]string{"COBRE_ERROR_FILE="}, ""},
+		{[]string{"COBRE_ERROR_FILE=  "}, ""},
+		{[]string{}, ""},
+		{[]string{"COBRE_COMM_BACKEND=local", "COBRE_ERROR_FILE=/e"}, "/e"},
+		{[]string{"COBRE_COMM_BACKEND=shm", "COBRE_ERROR_FILE=/e"}, "/e"},
+		{[]string{"COBRE_TCP_COORDINATOR=h", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=2", "COBRE_ERROR_FILE=/e"}, "/e"},
+	}
+	for _, tc := range cases {
+		t.Run(envCase(tc.env), func(t *testing.T) {
+			cfg, err := parseEnviron(t, tc.env...)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, cfg.ErrorFile)
+		})
+	}
+	assert.Empty(t, starcomm.DefaultConfig().ErrorFile)
+}
+
+// TestConfigDefaultsFromStarAndTCP: the defaults are star's and tcp's, not
+// copies of them, and star and tcp agree where both have one.
+func TestConfigDefaultsFromStarAndTCP(t *testing.T) {
+	d, sc, tc := starcomm.DefaultConfig(), star.DefaultConfig(), tcp.DefaultConfig()
+	cases := []struct {
+		name      string
+		got, want any
+	}{
+		{"Timeout=star", d.Timeout, sc.Timeout},
+		{"Timeout=tcp", d.Timeout, tc.Timeout},
+		{"ConnectTimeout=star", d.ConnectTimeout, sc.ConnectTimeout},
+		{"ConnectTimeout=tcp", d.ConnectTimeout, tc.ConnectTimeout},
+		{"Spin=star", d.Spin, sc.Spin},
+		{"BindAddr=tcp", d.BindAddr, tc.BindAddr},
+		{"Backend=auto", d.Backend, "auto"},
+		{"Port=29500", d.Port, 29500},
+		{"Size=1", d.Size, 1},
+		{"Rank=0", d.Rank, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { assert.Equal(t, c.want, c.got) })
+	}
+	// An environment that sets nothing gives the defaults.
+	cfg, err := starcomm.ConfigFromEnviron(nil)
+	require.NoError(t, err)
+	cfg.Listening = nil
+	assert.Equal(t, d, cfg)
+}
+
+// TestConfigVariableTable: every Config field but Listening is set by
+// exactly one variable of the table, and every row names a real field.
+func TestConfigVariableTable(t *testing.T) {
+	names, fields := starcomm.VariableFields()
+	var want []string
+	for f := range reflect.TypeFor[starcomm.Config]().Fields() {
+		if f.Name != "Listening" {
+			want = append(want, f.Name)
+		}
+	}
+	assert.ElementsMatch(t, want, fields)
+	assert.Len(t, slices.Compact(slices.Sorted(slices.Values(names))), len(names), "duplicate names")
+	for _, n := range names {
+		assert.True(t, strings.HasPrefix(n, "COBRE_"), n)
+		assert.Empty(t, starcomm.SuggestVariable(n+"_UNRELATED_SUFFIX_TOO_LONG"), n)
+	}
+}
+
+// TestConfigREADMETable: the README's configuration table lists exactly
+// the variables of the table. The rows to paste are logged on failure.
+func TestConfigREADMETable(t *testing.T) {
+	f, err := os.Open("README.md")
+	require.NoError(t, err)
+	defer f.Close()
+	var listed []string
+	inSection := false
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		line := sc.Text()
+		if strings.HasPrefix(line, "## ") {
+			inSection = line == "## Configuration"
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "| `"); ok && inSection {
+			if name, _, ok := strings.Cut(rest, "`"); ok {
+				listed = append(listed, name)
+			}
+		}
+	}
+	names, _ := starcomm.VariableFields()
+	if !assert.ElementsMatch(t, names, listed, "README.md's configuration table vs the table of variables") {
+		t.Logf("generated rows:\n%s", starcomm.ConfigMarkdown())
+	}
 }

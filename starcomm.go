@@ -2,10 +2,15 @@ package starcomm
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/internal/errfile"
 	"github.com/starcomm/starcomm/shm"
 	"github.com/starcomm/starcomm/star"
 	"github.com/starcomm/starcomm/transport/tcp"
@@ -13,13 +18,33 @@ import (
 
 // FromEnv builds this process's communicator from the COBRE_* environment
 // variables: the one call a program makes at start-up. See ConfigFromEnv
-// for the configuration errors and New for the start-up errors.
+// for the configuration errors and New for the start-up errors. A
+// configuration error is recorded in COBRE_ERROR_FILE (when set) like any
+// other failure of this rank.
 func FromEnv(ctx context.Context) (comm.Communicator, error) {
 	cfg, err := ConfigFromEnv()
 	if err != nil {
+		path := cfg.ErrorFile
+		if path == "" {
+			path = strings.TrimSpace(os.Getenv(EnvErrorFile))
+		}
+		recordFailure(path, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
 		return nil, err
 	}
 	return New(ctx, cfg)
+}
+
+// recordFailure writes f to the error file at path (none when path is
+// empty), for the launcher; see internal/errfile. A failure to write it is
+// reported on stderr: it must not hide the failure being recorded.
+func recordFailure(path string, f star.Failure, size int) {
+	if path == "" {
+		return
+	}
+	rec := errfile.Record{Time: time.Now(), Rank: f.Rank, Size: size, Blamed: f.Blamed, Op: f.Op, Message: f.Err.Error(), PID: os.Getpid()}
+	if err := errfile.Write(path, rec); err != nil {
+		fmt.Fprintf(os.Stderr, "starcomm: rank %d: cannot record its failure in %s=%s: %v\n", f.Rank, EnvErrorFile, path, err)
+	}
 }
 
 // New builds a communicator for cfg's backend:
@@ -49,7 +74,9 @@ func New(ctx context.Context, cfg Config) (comm.Communicator, error) {
 func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	tc := tcp.DefaultConfig()
 	tc.BindAddr = cfg.BindAddr
-	tc.Timeout = cfg.Timeout
+	// TCP_USER_TIMEOUT holds at most about 24.8 days; a longer collective
+	// timeout still applies to the collectives, the socket option is capped.
+	tc.Timeout = min(cfg.Timeout, tcp.MaxUserTimeout)
 	tc.ConnectTimeout = cfg.ConnectTimeout
 	if err := tc.Validate(); err != nil {
 		return nil, &comm.InitializationFailedError{Backend: BackendTCP, Err: err}
@@ -59,6 +86,9 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	sc.Timeout = cfg.Timeout
 	sc.ConnectTimeout = cfg.ConnectTimeout
 	sc.Spin = cfg.Spin
+	if cfg.ErrorFile != "" {
+		sc.OnFailure = func(f star.Failure) { recordFailure(cfg.ErrorFile, f, cfg.Size) }
+	}
 	if sc.Spin == 0 || !tcp.CanPoll {
 		sc.Spin = -1 // COBRE_TCP_SPIN_US=0, or sockets that cannot be polled here
 	}

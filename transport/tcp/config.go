@@ -75,9 +75,9 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("tcp: invalid Config.%s %v: %s", e.Field, e.Value, e.Reason)
 }
 
-// maxTimeout is the largest Timeout TCP_USER_TIMEOUT can hold (a C int of
-// milliseconds).
-const maxTimeout = math.MaxInt32 * time.Millisecond
+// MaxUserTimeout is the largest Timeout TCP_USER_TIMEOUT can hold (a C
+// int of milliseconds, about 24.8 days).
+const MaxUserTimeout = math.MaxInt32 * time.Millisecond
 
 // Validate reports every invalid field of c, each as a *ConfigError naming
 // the field, joined with errors.Join; it returns nil for a valid Config.
@@ -92,8 +92,8 @@ func (c Config) Validate() error {
 	case hasPort(c.BindAddr):
 		bad("BindAddr", fmt.Sprintf("%q", c.BindAddr), "must be a host or IP address without a port; the port is Listen's argument")
 	}
-	if c.Timeout < time.Millisecond || c.Timeout > maxTimeout {
-		bad("Timeout", c.Timeout, fmt.Sprintf("must be between 1ms and %v", maxTimeout))
+	if c.Timeout < time.Millisecond || c.Timeout > MaxUserTimeout {
+		bad("Timeout", c.Timeout, fmt.Sprintf("must be between 1ms and %v", MaxUserTimeout))
 	}
 	if c.ConnectTimeout <= 0 {
 		bad("ConnectTimeout", c.ConnectTimeout, "must be positive")

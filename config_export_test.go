@@ -1,0 +1,21 @@
+package starcomm
+
+// Exports of config_vars.go for the tests in package starcomm_test.
+
+// Resolve returns the backend c selects (auto resolved).
+func Resolve(c Config) string { return c.resolve() }
+
+// ConfigMarkdown writes the README's configuration table.
+var ConfigMarkdown = configMarkdown
+
+// SuggestVariable returns the known variable closest to name, or "".
+var SuggestVariable = suggest
+
+// VariableFields returns the table's variable names and the Config field
+// each sets, in the table's order.
+func VariableFields() (names, fields []string) {
+	for _, v := range variables {
+		names, fields = append(names, v.name), append(fields, v.field)
+	}
+	return names, fields
+}

@@ -1,0 +1,311 @@
+package starcomm
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// variables is the table of the COBRE_* variables: one row per variable,
+// in the order the README lists them. ConfigFromLookup, ConfigFromEnviron
+// and Config.Validate walk it; it also names the known variables for the
+// unknown-variable check and its suggestions, and writes the README's
+// configuration table (configMarkdown). Adding a variable is adding a
+// Config field and a row here.
+var variables = []variable{
+	{name: EnvBackend, field: "Backend", codec: backendName,
+		meaning: "`auto`, `tcp`, `shm` or `local`. `auto` picks `tcp` when `COBRE_TCP_COORDINATOR` is set, else `shm` when `COBRE_SHM_NAME` is set, else `tcp` when `COBRE_TCP_SIZE` > 1 or `COBRE_TCP_RANK` > 0 (more than one rank is never run as one: rank 0 listens, a worker without `COBRE_TCP_COORDINATOR` is an error), else `local`. `local` is single-rank: a size above 1 is an error"},
+	{name: EnvCoordinator, field: "Coordinator", reads: tcpOnly, need: requiredOnWorkers, codec: text(func(c *Config) *string { return &c.Coordinator }),
+		meaning: "host or IP of rank 0, which workers dial; rank 0 does not read it"},
+	{name: EnvPort, field: "Port", reads: tcpOnly, check: portInRange, codec: whole(1, 65535, "must be a TCP port in 1..65535", func(c *Config) *int { return &c.Port }),
+		meaning: "rank 0's TCP port, 1..65535, the same on every rank"},
+	{name: EnvRank, field: "Rank", reads: ranked, need: requiredByTCP, check: rule(func(c Config) bool { return c.Rank >= 0 }, "must be >= 0"), codec: whole(0, math.MaxInt32, "must be an integer >= 0 and < "+EnvSize, func(c *Config) *int { return &c.Rank }),
+		meaning: "this process's rank, 0..size-1; 0 is the coordinator"},
+	{name: EnvSize, field: "Size", reads: ranked, need: requiredByTCP, check: sizeAtLeast1, codec: whole(1, math.MaxInt32, "must be an integer >= 1", func(c *Config) *int { return &c.Size }),
+		meaning: "number of ranks, >= 1, the same on every rank"},
+	{name: EnvTimeoutSecs, field: "Timeout", reads: tcpOnly, check: rule(func(c Config) bool { return c.Timeout > 0 }, "must be positive"), codec: seconds(func(c *Config) *time.Duration { return &c.Timeout }),
+		meaning: "per read/write timeout of collectives (decimals allowed, > 0): a rank silent this long is declared failed. Also TCP_USER_TIMEOUT"},
+	{name: EnvBindAddr, field: "BindAddr", reads: tcpOnly, codec: text(func(c *Config) *string { return &c.BindAddr }),
+		meaning: "address rank 0 listens on"},
+	{name: EnvConnectTimeoutMS, field: "ConnectTimeout", reads: tcpOnly, check: rule(func(c Config) bool { return c.ConnectTimeout > 0 }, "must be positive"), codec: wholeDuration(time.Millisecond, 1, math.MaxInt32, "must be a positive number of milliseconds", func(c *Config) *time.Duration { return &c.ConnectTimeout }),
+		meaning: "start-up bound (> 0): a worker's connect retries, and rank 0's wait for every worker"},
+	{name: EnvShmName, field: "ShmName", reads: shmOnly, codec: text(func(c *Config) *string { return &c.ShmName }),
+		meaning: "selects the shm backend under `auto` (not implemented yet: `BackendNotAvailableError`)"},
+	{name: EnvSpinUS, field: "Spin", reads: tcpOnly, check: rule(func(c Config) bool { return c.Spin >= 0 }, "must be zero (no polling) or positive"), codec: wholeDuration(time.Microsecond, 0, 1_000_000, "must be a number of microseconds in 0..1000000 (0: no polling)", func(c *Config) *time.Duration { return &c.Spin }),
+		meaning: "starcomm's addition: microseconds a rank polls its TCP links for a small frame (payload <= 256 KiB) before it parks, 0..1000000; 0 turns polling off. See \"Performance\""},
+	{name: EnvErrorFile, field: "ErrorFile", codec: text(func(c *Config) *string { return &c.ErrorFile }),
+		meaning: "file where this rank records its first failure (one JSON record) for its launcher, which then names the root cause; unset: no file. The launchers set one per rank"},
+}
+
+// variable is one row of the table.
+type variable struct {
+	name  string // the environment variable
+	field string // the Config field it sets
+	// reads lists the backends that read the variable (the one selected,
+	// auto resolved); nil means every backend. A variable a backend does
+	// not read is neither checked nor required.
+	reads []string
+	// need, if set, says when the variable is required.
+	need *requirement
+	// check is Validate's test of the field on its own, for backend b:
+	// what is allowed, or "" when the field is fine.
+	check func(b string, c Config) string
+	codec
+	meaning string // the README's meaning column
+}
+
+// codec parses a variable's value into its Config field and writes the
+// field back as the variable would be written.
+type codec struct {
+	// parse sets the field from a non-blank, trimmed value, or returns a
+	// notAllowed saying what is allowed (or another error, returned as is).
+	parse func(c *Config, v string) error
+	// show writes the field as the variable's value; "" means unset. It
+	// gives the README's default and tells Validate whether a required
+	// field is set.
+	show func(c Config) string
+}
+
+// notAllowed is a parse error: what the variable allows.
+type notAllowed string
+
+func (e notAllowed) Error() string { return string(e) }
+
+// Which backends read a variable.
+var (
+	tcpOnly = []string{BackendTCP}
+	shmOnly = []string{BackendShm}
+	// ranked: local reads the rank and size too, to refuse more than one.
+	ranked = []string{BackendTCP, BackendLocal}
+)
+
+func (v *variable) readBy(backend string) bool {
+	return v.reads == nil || slices.Contains(v.reads, backend)
+}
+
+// rankState is what is known of the rank when requirements are decided.
+type rankState int
+
+const (
+	rankGood  rankState = iota // set and valid
+	rankUnset                  // not set (environment only)
+	rankBad                    // set but not valid
+)
+
+// requirement says when a variable is required.
+type requirement struct {
+	doc  string // the README's default column
+	why  string // Validate's Allowed, for a Go-built Config
+	when func(b string, c Config, rank rankState) bool
+}
+
+var (
+	requiredByTCP = &requirement{doc: "required (`tcp`)", why: "required by the tcp backend",
+		when: func(b string, _ Config, _ rankState) bool { return b == BackendTCP }}
+	// requiredOnWorkers: with the rank unset, say the coordinator is
+	// needed unless this is known to be rank 0.
+	requiredOnWorkers = &requirement{doc: "required on ranks > 0 (`tcp`)", why: "workers (rank > 0) need the coordinator's host",
+		when: func(b string, c Config, rank rankState) bool {
+			return b == BackendTCP && (rank == rankUnset || (rank == rankGood && c.Rank > 0))
+		}}
+)
+
+// Codecs.
+
+var backendName = codec{
+	parse: func(c *Config, v string) error {
+		c.Backend = strings.ToLower(v)
+		if !slices.Contains(Backends, c.Backend) {
+			return invalidBackend(c.Backend)
+		}
+		return nil
+	},
+	show: func(c Config) string { return c.Backend },
+}
+
+// text is any non-blank string.
+func text(f func(*Config) *string) codec {
+	return codec{
+		parse: func(c *Config, v string) error { *f(c) = v; return nil },
+		show:  func(c Config) string { return *f(&c) },
+	}
+}
+
+// whole is an integer in lo..hi.
+func whole(lo, hi int64, allowed string, f func(*Config) *int) codec {
+	return codec{
+		parse: func(c *Config, v string) error {
+			n, err := parseWhole(v, lo, hi, allowed)
+			if err == nil {
+				*f(c) = int(n)
+			}
+			return err
+		},
+		show: func(c Config) string { return strconv.Itoa(*f(&c)) },
+	}
+}
+
+// wholeDuration is an integer number of units in lo..hi.
+func wholeDuration(unit time.Duration, lo, hi int64, allowed string, f func(*Config) *time.Duration) codec {
+	return codec{
+		parse: func(c *Config, v string) error {
+			n, err := parseWhole(v, lo, hi, allowed)
+			if err == nil {
+				*f(c) = time.Duration(n) * unit
+			}
+			return err
+		},
+		show: func(c Config) string { return strconv.FormatInt(int64(*f(&c)/unit), 10) },
+	}
+}
+
+func parseWhole(v string, lo, hi int64, allowed string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err != nil:
+		return 0, notAllowed("not an integer; " + allowed)
+	case n < lo || n > hi:
+		return 0, notAllowed(allowed)
+	}
+	return n, nil
+}
+
+// seconds is a positive number of seconds, decimals allowed, up to a year.
+func seconds(f func(*Config) *time.Duration) codec {
+	return codec{
+		parse: func(c *Config, v string) error {
+			secs, err := strconv.ParseFloat(v, 64)
+			switch {
+			case err != nil || math.IsNaN(secs) || math.IsInf(secs, 0):
+				return notAllowed("not a number; must be a positive number of seconds")
+			case secs <= 0:
+				return notAllowed("must be a positive number of seconds")
+			case secs > 24*3600*365:
+				return notAllowed("must be at most one year")
+			}
+			*f(c) = time.Duration(secs * float64(time.Second))
+			return nil
+		},
+		show: func(c Config) string { return strconv.FormatFloat(f(&c).Seconds(), 'f', -1, 64) },
+	}
+}
+
+// Validate's checks of single fields.
+
+func portInRange(_ string, c Config) string {
+	if c.Port < 0 || c.Port > 65535 || (c.Port == 0 && c.Rank != 0) {
+		return "must be in 1..65535 (0 only on rank 0, to pick a free port)"
+	}
+	return ""
+}
+
+// sizeAtLeast1 lets local keep the zero Size of a Config literal.
+func sizeAtLeast1(b string, c Config) string {
+	if c.Size < 0 || (c.Size == 0 && b == BackendTCP) {
+		return "must be at least 1"
+	}
+	return ""
+}
+
+// rule is a check that needs neither the backend nor other fields.
+func rule(ok func(Config) bool, allowed string) func(string, Config) string {
+	return func(_ string, c Config) string {
+		if ok(c) {
+			return ""
+		}
+		return allowed
+	}
+}
+
+// knownNames returns the table's variable names, in its order.
+func knownNames() []string {
+	names := make([]string, len(variables))
+	for i, v := range variables {
+		names[i] = v.name
+	}
+	return names
+}
+
+// lookupVariable returns the table's row for name, or nil.
+func lookupVariable(name string) *variable {
+	for i := range variables {
+		if variables[i].name == name {
+			return &variables[i]
+		}
+	}
+	return nil
+}
+
+// looksOurs reports whether an environment variable that is not in the
+// table is meant for starcomm: its name starts with COBRE_, or it is a
+// known name in other letter case.
+func looksOurs(name string) bool {
+	return strings.HasPrefix(name, "COBRE_") || slices.ContainsFunc(variables, func(v variable) bool { return strings.EqualFold(v.name, name) })
+}
+
+// suggest returns the known name closest to the unknown name, or "" when
+// none is close: within an edit distance (insertions, deletions,
+// substitutions and swaps of neighbours, ignoring letter case) of 2, or of
+// a quarter of the known name's length; a name that is a known one without
+// its middle word (COBRE_RANK for COBRE_TCP_RANK) counts as distance 1.
+func suggest(name string) string {
+	u := strings.ToUpper(name)
+	best, bestDist := "", math.MaxInt
+	for _, v := range variables {
+		d := editDistance(u, v.name)
+		if rest := strings.TrimPrefix(u, "COBRE_"); rest != u && rest != "" && strings.HasSuffix(v.name, "_"+rest) {
+			d = min(d, 1)
+		}
+		if d < bestDist && d <= max(2, len(v.name)/4) {
+			best, bestDist = v.name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance between a and b:
+// the fewest insertions, deletions, substitutions and swaps of adjacent
+// bytes that turn a into b.
+func editDistance(a, b string) int {
+	// d[i][j] is the distance between a[:i] and b[:j]; three rows suffice.
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
+
+// configMarkdown writes the README's configuration table from the table of
+// variables: name, default (from DefaultConfig, or when it is required),
+// meaning.
+func configMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| variable | default | meaning |\n|---|---|---|\n")
+	d := DefaultConfig()
+	for _, v := range variables {
+		def := "unset"
+		if v.need != nil {
+			def = v.need.doc
+		} else if s := v.show(d); s != "" {
+			def = "`" + s + "`"
+		}
+		b.WriteString("| `" + v.name + "` | " + def + " | " + v.meaning + " |\n")
+	}
+	return b.String()
+}

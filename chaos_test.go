@@ -22,6 +22,7 @@ import (
 
 	"github.com/starcomm/starcomm"
 	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/star"
 )
 
 // Chaos tests: every rank is a separate OS process (this test binary re-run
@@ -72,14 +73,19 @@ func chaosChild(mode string) int {
 	// Never outlive the parent: it holds the write end of stdin, which
 	// closes when it exits however it exits. A stopped child cannot read
 	// it, so the limit backs it up.
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(chaosExitOrphan)
-	}()
+	if mode != "panic" { // (under starrun, stdin is not the test's pipe)
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			os.Exit(chaosExitOrphan)
+		}()
+	}
 	time.AfterFunc(chaosChildLimit, func() {
 		fmt.Printf("RESULT op=%s type=Limit\n", mode)
 		os.Exit(chaosExitLimit)
 	})
+	if timingModes[mode] {
+		return timingChild(mode)
+	}
 	if mode == "stall" {
 		fmt.Println("BOOT")
 		time.Sleep(chaosChildLimit)
@@ -167,13 +173,16 @@ func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i in
 //
 //	RESULT op=allgatherv type=CollectiveFailed rank=2 code=0 deadline=false call_ms=12 msg="..."
 //
-// type is CollectiveFailed or InitializationFailed (exit code 3), else
+// type is CollectiveFailed, InvalidBufferSize or InitializationFailed (exit
+// code 3), else
 // WrongResult or the Go type of err (exit code 1); rank and code are the
-// CollectiveFailedError's (-1 otherwise); deadline tells whether
+// CollectiveFailedError's, or for InitializationFailed the rank an Abort
+// from the coordinator blames (-1 otherwise); deadline tells whether
 // errors.Is(err, os.ErrDeadlineExceeded).
 func chaosReport(op string, err error, d time.Duration) int {
 	var (
 		cf   *comm.CollectiveFailedError
+		ibs  *comm.InvalidBufferSizeError
 		ife  *comm.InitializationFailedError
 		typ  = fmt.Sprintf("%T", err)
 		rank = -1
@@ -185,8 +194,14 @@ func chaosReport(op string, err error, d time.Duration) int {
 		typ = "WrongResult"
 	case errors.As(err, &cf):
 		typ, rank, code, exit = "CollectiveFailed", cf.Rank, cf.Code, chaosExitExpected
+	case errors.As(err, &ibs):
+		typ, exit = "InvalidBufferSize", chaosExitExpected
 	case errors.As(err, &ife):
 		typ, exit = "InitializationFailed", chaosExitExpected
+		var ab *star.AbortError
+		if errors.As(err, &ab) {
+			rank = ab.Rank // the rank the coordinator says never came
+		}
 	}
 	fmt.Printf("RESULT op=%s type=%s rank=%d code=%d deadline=%t call_ms=%d msg=%q\n",
 		op, typ, rank, code, errors.Is(err, os.ErrDeadlineExceeded), d.Milliseconds(), err.Error())
@@ -499,7 +514,8 @@ func TestChaosStop(t *testing.T) {
 // TestChaosStartup kills worker 3 before it ever connects: the coordinator
 // fails start-up with InitializationFailed naming rank 3 once
 // COBRE_TCP_CONNECT_TIMEOUT_MS (2 s) has passed, and tells workers 1 and 2,
-// which registered, so that their first collective fails naming rank 3 too.
+// which registered and wait for their Ack, so that their start-up fails
+// naming rank 3 too, at the same moment.
 func TestChaosStartup(t *testing.T) {
 	skipUnlessChaos(t)
 	const (
@@ -523,8 +539,9 @@ func TestChaosStartup(t *testing.T) {
 	assert.Less(t, start, connectTimeout+time.Second, "the coordinator gave up late")
 	for _, p := range procs[1:victim] {
 		res := parseResult(t, p.await(t, ctx, "RESULT "))
-		t.Logf("worker rank=%d type=%s named=%s msg=%q", p.rank, res.fields["type"], res.fields["rank"], res.msg)
-		assertFailedNaming(t, p, res, victim)
+		t.Logf("worker rank=%d type=%s named=%s call_ms=%s msg=%q", p.rank, res.fields["type"], res.fields["rank"], res.fields["call_ms"], res.msg)
+		assert.Equal(t, "InitializationFailed", res.fields["type"], "rank %d: %s", p.rank, res.msg)
+		assert.Equal(t, victim, res.int(t, "rank"), "rank %d names the wrong rank: %s", p.rank, res.msg)
 	}
 	for _, p := range procs {
 		code := p.wait(t, ctx)

@@ -1,0 +1,289 @@
+package starcomm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/starcomm/starcomm"
+	"github.com/starcomm/starcomm/comm"
+)
+
+// Real-time tests with real processes: every rank a separate OS process
+// (this test binary re-run), over real TCP, with polling on (the default).
+// They put time into healthy jobs (a late worker, a slow rank, idle links)
+// and check that failed jobs blame the right rank when every process exits
+// the instant it sees an error. The sleeps in the children are the
+// scenario (a process starting late, a rank computing), never
+// synchronisation.
+
+// Environment of a timing child (besides envChaosChild, which selects the
+// mode: timing, wronglen or panic).
+const (
+	envIters       = "STARCOMM_TEST_ITERS"        // collectives to run
+	envComputeRank = "STARCOMM_TEST_COMPUTE_RANK" // the rank that computes before each collective
+	envComputeMS   = "STARCOMM_TEST_COMPUTE_MS"   // for this long
+	envLateRank    = "STARCOMM_TEST_LATE_RANK"    // the rank whose process starts late
+	envLateMS      = "STARCOMM_TEST_LATE_MS"      // by this much
+	envBadRank     = "STARCOMM_TEST_BAD_RANK"     // wronglen, panic: the rank at fault
+)
+
+// timingModes are the chaos-child modes this file adds.
+var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true}
+
+// envInt reads an integer from the environment (def when unset).
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+// timingChild runs one rank of a timing test.
+//
+//   - timing: ITERS rounds of allreduce, barrier and a 2 MiB allgatherv
+//     (alternating polled and not polled collectives), the compute rank
+//     sleeping COMPUTE_MS before each; Close; print DONE; exit 0.
+//   - wronglen: allreduce of 4 int64 in a loop; at the third, BAD_RANK
+//     passes 5. The README's pattern: `defer c.Close()`, and on error the
+//     process exits at once (as log.Fatal does, skipping the defer).
+//   - panic: the same loop; at the third, BAD_RANK panics. The others exit
+//     1 at once on their error.
+//
+// A failure prints a RESULT line (see chaosReport) first.
+func timingChild(mode string) int {
+	rank := envInt("COBRE_TCP_RANK", -1)
+	if rank == envInt(envLateRank, -1) {
+		time.Sleep(time.Duration(envInt(envLateMS, 0)) * time.Millisecond)
+	}
+	ctx := context.Background()
+	c, err := starcomm.FromEnv(ctx)
+	if err != nil {
+		os.Exit(chaosReport("start", err, 0))
+	}
+	defer c.Close()
+	bad := envInt(envBadRank, -1)
+	switch mode {
+	case "timing":
+		iters := envInt(envIters, 3)
+		compute := time.Duration(envInt(envComputeMS, 0)) * time.Millisecond
+		n := 1 << 18 // 2 MiB of float64 per rank
+		send, recv := make([]float64, n), make([]float64, n*c.Size())
+		counts, displs := make([]int, c.Size()), make([]int, c.Size())
+		for r := range counts {
+			counts[r], displs[r] = n, r*n
+		}
+		sum := make([]float64, 4)
+		for i := range iters {
+			ops := []struct {
+				name string
+				run  func() error
+			}{
+				{comm.OpAllreduce, func() error { return comm.Allreduce(ctx, c, []float64{1, 2, 3, 4}, sum, comm.Sum) }},
+				{comm.OpBarrier, func() error { return c.Barrier(ctx) }},
+				{comm.OpAllgatherv, func() error { return comm.Allgatherv(ctx, c, send, recv, counts, displs) }},
+			}
+			for _, op := range ops {
+				if rank == envInt(envComputeRank, -1) {
+					time.Sleep(compute) // computing between collectives
+				}
+				begin := time.Now()
+				if err := op.run(); err != nil {
+					return chaosReport(op.name, fmt.Errorf("iteration %d: %w", i, err), time.Since(begin))
+				}
+			}
+		}
+		if err := c.Close(); err != nil {
+			return chaosReport("close", err, 0)
+		}
+		fmt.Println("DONE")
+		return 0
+	default: // wronglen, panic
+		for i := 1; ; i++ {
+			n := 4
+			if i == 3 && rank == bad {
+				if mode == "panic" {
+					panic(fmt.Sprintf("rank %d: something went wrong in its own code", rank))
+				}
+				n = 5 // the wrong length
+			}
+			send, recv := make([]int64, n), make([]int64, n)
+			begin := time.Now()
+			if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
+				code := chaosReport(comm.OpAllreduce, err, time.Since(begin))
+				if mode == "panic" {
+					code = 1
+				}
+				os.Exit(code) // at once: the deferred Close does not run
+			}
+		}
+	}
+}
+
+// timingEnv is the environment of every rank of a timing test: the
+// defaults of the spec except what extra sets.
+func runTiming(t *testing.T, mode string, size int, extra ...string) []*chaosProc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return startChaos(t, ctx, repeat(mode, size), extra...)
+}
+
+// waitDone waits for every rank to print DONE and exit 0.
+func waitDone(t *testing.T, procs []*chaosProc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for _, p := range procs {
+		select {
+		case <-p.exited:
+		case <-ctx.Done():
+			t.Fatalf("watchdog: rank %d did not exit\n%s", p.rank, p.dump())
+		}
+	}
+	for _, p := range procs {
+		if code := p.state.ExitCode(); code != 0 {
+			t.Errorf("rank %d exited %d\n%s", p.rank, code, p.dump())
+		}
+	}
+}
+
+// TestRealLateWorkerDefaults: the reported case, with the default settings
+// (timeout 60 s, connect timeout 30 s): the last worker's process starts
+// 12 s after the others (past the coordinator's 10 s handshake timeout, so
+// nothing of the start-up may stay on the sockets). Every rank starts and
+// every collective succeeds. Before the fix, the first collective failed
+// after 0.05 ms with "no progress within the 1m0s timeout".
+func TestRealLateWorkerDefaults(t *testing.T) {
+	skipUnlessChaos(t)
+	if testing.Short() {
+		t.Skip("-short: a 12 s late start")
+	}
+	procs := runTiming(t, "timing", 4, envLateRank+"=3", envLateMS+"=12000", envIters+"=2")
+	waitDone(t, procs)
+}
+
+// TestRealSlowButAliveRank: timeout 2 s, connect timeout 2 s (so the
+// start-up's deadlines are 2 s too), one rank computes 1.2 s, most of the
+// timeout, before every collective, for 6 s in all. Every collective
+// succeeds on every rank. Before the fix, the job failed after about 2 s
+// naming a healthy rank ("raw-write ... i/o timeout").
+func TestRealSlowButAliveRank(t *testing.T) {
+	skipUnlessChaos(t)
+	procs := runTiming(t, "timing", 4, "COBRE_TCP_TIMEOUT_SECS=2", "COBRE_TCP_CONNECT_TIMEOUT_MS=2000",
+		envComputeRank+"=2", envComputeMS+"=1200", envIters+"=2")
+	waitDone(t, procs)
+}
+
+// TestRealImmediateExitBlame: rank 2 passes a wrong length to allreduce,
+// and every rank exits the instant its collective fails, without Close
+// (the README's `defer c.Close()` ... `log.Fatal(err)` pattern). Every
+// survivor names rank 2: the coordinator's Aborts are handed to the
+// system before its failing collective returns. Before the fix, the
+// workers reported "allreduce failed (rank 0): ... EOF".
+func TestRealImmediateExitBlame(t *testing.T) {
+	skipUnlessChaos(t)
+	for run := range 5 {
+		t.Run(fmt.Sprintf("run=%d", run), func(t *testing.T) {
+			ctx := chaosWatchdog(t)
+			procs := startChaos(t, ctx, repeat("wronglen", 4), envBadRank+"=2", "COBRE_TCP_TIMEOUT_SECS=60")
+			for _, p := range procs {
+				res := parseResult(t, p.await(t, ctx, "RESULT "))
+				t.Logf("rank=%d type=%s named=%s msg=%q", p.rank, res.fields["type"], res.fields["rank"], res.msg)
+				switch p.rank {
+				case 2: // the rank at fault: its own error
+				case 0: // it saw the frame: spec table 5.3's length mismatch
+					assert.Equal(t, "InvalidBufferSize", res.fields["type"], res.msg)
+					assert.Contains(t, res.msg, "frame from rank 2")
+				default:
+					assertFailedNaming(t, p, res, 2)
+				}
+			}
+			for _, p := range procs {
+				assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit\n%s", p.rank, p.dump())
+			}
+		})
+	}
+}
+
+// starrunOnce builds cmd/starrun once for the tests.
+var starrunOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+func starrunPath(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build starrun with")
+	}
+	starrunOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "starcomm-starrun-")
+		if err != nil {
+			starrunOnce.err = err
+			return
+		}
+		starrunOnce.path = filepath.Join(dir, "starrun")
+		if out, err := exec.Command(goTool, "build", "-o", starrunOnce.path, "./cmd/starrun").CombinedOutput(); err != nil {
+			starrunOnce.err = fmt.Errorf("go build ./cmd/starrun: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, starrunOnce.err)
+	return starrunOnce.path
+}
+
+// TestStarrunNamesPanickingRank: a real 4-rank job under starrun, every
+// rank using starcomm over TCP; rank 2 panics in its own code in the
+// middle of a loop of allreduces, the others fail at once (blaming rank 2,
+// which they record in COBRE_ERROR_FILE) and exit 1. Whichever rank exits
+// first, starrun names rank 2 as the root cause and exits with its code
+// (2, a Go panic), in every one of 20 runs.
+func TestStarrunNamesPanickingRank(t *testing.T) {
+	skipUnlessChaos(t)
+	bin := starrunPath(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	summary := regexp.MustCompile(`starrun: rank (\d+) \(pid \d+\) ([^:]*): root cause`)
+	firstExit := map[string]int{}
+	for run := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cmd := exec.CommandContext(ctx, bin, "-n", "4", "--", self)
+		cmd.Env = append(os.Environ(), envChaosChild+"=panic", envBadRank+"=2", "GORACE=atexit_sleep_ms=0")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		cancel()
+		var ee *exec.ExitError
+		require.True(t, errors.As(err, &ee), "run %d: starrun: %v\n%s", run, err, stderr.String())
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		last := lines[len(lines)-1]
+		m := summary.FindStringSubmatch(last)
+		if assert.NotNil(t, m, "run %d: last line %q\n%s", run, last, stderr.String()) {
+			assert.Equal(t, "2", m[1], "run %d names the wrong rank: %s", run, last)
+		}
+		assert.Equal(t, 2, ee.ExitCode(), "run %d: starrun's exit code\n%s", run, stderr.String())
+		for _, l := range lines {
+			if strings.Contains(l, "; stopping the other ranks") {
+				if f := regexp.MustCompile(`rank (\d+)`).FindStringSubmatch(l); f != nil {
+					firstExit[f[1]]++
+				}
+				break
+			}
+		}
+	}
+	t.Logf("first rank to exit, over 20 runs: %v", firstExit)
+}

@@ -30,8 +30,8 @@ type coordinator struct {
 	polled bool
 
 	// Scratch reused across collectives.
-	todo    []*link  // the links a fan-in or fan-out still waits for
-	stage   []byte   // a small frame, staged once for every link
+	todo    []*link // the links a fan-in or fan-out still waits for
+	stage   []byte  // a small frame, staged once for every link
 	one     [1][]byte
 	opBytes []byte   // allreduce: the op byte each worker sent, by rank
 	scratch []uint64 // allreduce: the workers' contributions

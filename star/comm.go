@@ -308,7 +308,8 @@ func (c *Comm) fail(ctx context.Context, op string, err error) error {
 	}
 	out := c.classify(ctx, op, peer, err)
 	// The rank at fault: as the error names it; else the peer whose frame
-	// was wrong; else this rank.
+	// was wrong (a length mismatch alone cannot tell which of the two
+	// ranks' arguments are wrong); else this rank.
 	blame := blameOf(out, peer)
 	if blame < 0 {
 		blame = c.rank

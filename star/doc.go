@@ -81,7 +81,10 @@
 //
 // rank is the rank at fault (-1: none), op the operation, cause the class
 // of the failure (timeout, eof, unexpected-eof, reset, pipe, tag, op,
-// shutdown, canceled, deadline, closed, refused). Every surviving worker
+// shutdown, canceled, deadline, closed, refused). When a frame's length
+// disagrees with a rank's arguments, the rank that sent the frame is
+// named (one mismatch cannot tell whose arguments are wrong). Every
+// surviving worker
 // then fails at once with a *comm.CollectiveFailedError whose Rank is the
 // rank at fault and whose cause errors.Is finds (os.ErrDeadlineExceeded,
 // io.EOF, syscall.ECONNRESET, ...), not after the timeout. A reason without

@@ -64,7 +64,11 @@ type Cell struct {
 
 // Name is the cell's subtest name.
 func (c Cell) Name() string {
-	return fmt.Sprintf("op=%s/side=%s/fault=%v/when=%s", c.Op, c.Side, c.Fault, c.When)
+	fault := c.Fault.String()
+	if c.Fault == 0 {
+		fault = "none"
+	}
+	return fmt.Sprintf("op=%s/side=%s/fault=%s/when=%s", c.Op, c.Side, fault, c.When)
 }
 
 // failing is the rank whose failure the cell simulates.
@@ -82,7 +86,7 @@ func MatrixCells() []Cell {
 	corrupt := []faulty.Kind{faulty.CorruptTag, faulty.LenTooLarge, faulty.LenTooSmall}
 	for _, op := range ops {
 		for _, side := range []string{"worker", "coordinator"} {
-			for _, k := range []faulty.Kind{faulty.Crash, faulty.Hang, faulty.Reset, faulty.Deadline} {
+			for _, k := range []faulty.Kind{faulty.Crash, faulty.Hang, faulty.Reset, faulty.Deadline, faulty.SysTimeout} {
 				for _, when := range []string{"before", "mid", "between"} {
 					cells = append(cells, Cell{k, op, side, when})
 				}
@@ -104,7 +108,7 @@ func MatrixCells() []Cell {
 		// cells; the coordinator side is its crash or hang.
 		kinds := []faulty.Kind{faulty.Crash, faulty.Hang}
 		if side == "worker" {
-			kinds = append(kinds, faulty.Reset, faulty.Deadline, faulty.CorruptTag, faulty.LenTooLarge, faulty.LenTooSmall, faulty.RefuseDial)
+			kinds = append(kinds, faulty.Reset, faulty.Deadline, faulty.SysTimeout, faulty.CorruptTag, faulty.LenTooLarge, faulty.LenTooSmall, faulty.RefuseDial)
 		}
 		for _, k := range kinds {
 			cells = append(cells, Cell{k, OpHandshake, side, "before"})
@@ -116,13 +120,15 @@ func MatrixCells() []Cell {
 			cells = append(cells, Cell{k, OpShutdown, side, "between"})
 		}
 	}
-	return cells
+	return append(cells, timeCells()...)
 }
 
 // observerFault reports whether the fault is a network event seen by the
-// healthy side (reset, deadline) rather than something the failing side
-// does (crash, hang, corrupt, delay).
-func observerFault(k faulty.Kind) bool { return k == faulty.Reset || k == faulty.Deadline }
+// healthy side (reset, deadline, the system's timeout) rather than something
+// the failing side does (crash, hang, corrupt, delay).
+func observerFault(k faulty.Kind) bool {
+	return k == faulty.Reset || k == faulty.Deadline || k == faulty.SysTimeout
+}
 
 // payloadLen is the payload of the op's frame on the failing link.
 func payloadLen(op string) int {
@@ -194,7 +200,9 @@ func (c Cell) wantCause(err error) bool {
 	case faulty.Crash:
 		return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 			errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
-	case faulty.Hang, faulty.Deadline:
+	case faulty.Hang, faulty.Deadline, faulty.SysTimeout:
+		// Every no-progress failure, the system's own (ETIMEDOUT)
+		// included, is a deadline.
 		return errors.Is(err, os.ErrDeadlineExceeded)
 	case faulty.Reset:
 		return errors.Is(err, syscall.ECONNRESET)
@@ -228,7 +236,7 @@ const RealClockTimeout = 2 * time.Second
 func RunMatrixRealClock(t *testing.T, accept func(Cell) bool) map[faulty.Kind][]time.Duration {
 	times := map[faulty.Kind][]time.Duration{}
 	for _, cell := range MatrixCells() {
-		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Fault == faulty.Delay || (accept != nil && !accept(cell)) {
+		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Fault == faulty.Delay || cell.isTimeRow() || cell.When == timeAfterIdle || (accept != nil && !accept(cell)) {
 			continue
 		}
 		t.Run(cell.Name(), func(t *testing.T) {
@@ -250,6 +258,10 @@ type matrixParams struct {
 }
 
 func runCell(t *testing.T, cell Cell, p matrixParams) {
+	if cell.isTimeRow() {
+		runTimeCell(t, cell, p)
+		return
+	}
 	switch cell.Op {
 	case OpHandshake:
 		runHandshakeCell(t, cell)
@@ -381,8 +393,11 @@ func runOpCell(t *testing.T, cell Cell, p matrixParams) {
 			t.Fatalf("warm-up barrier on rank %d: %v", r, err)
 		}
 	}
-	if cell.When == "between" {
+	switch cell.When {
+	case "between":
 		fireAll(s, cell.faults())
+	case timeAfterIdle:
+		time.Sleep(p.timeout * 3 / 2) // every link idles longer than the timeout
 	}
 	runs := make([]*opRun, MatrixRanks)
 	out := make([]rankOutcome, MatrixRanks)

@@ -19,6 +19,8 @@
 //     Read and Write blocks until its deadline (then os.ErrDeadlineExceeded)
 //     or Close. Deadlines set while blocked take effect. A hung end never
 //     closes its underlying conn, so its peer sees silence, not EOF.
+//   - SysTimeout: as Reset, with syscall.ETIMEDOUT: the system gave up on
+//     the connection (TCP_USER_TIMEOUT, keep-alive), a cut-off peer.
 //   - Reset: the end's I/O fails with an error wrapping syscall.ECONNRESET,
 //     and the underlying conn closes.
 //   - Deadline: the I/O at the trigger fails at once with
@@ -47,7 +49,7 @@
 // ReadNow and WriteNow go through the same fault machinery as Read and
 // Write, so that a script gives the same observable result however the
 // bytes move: the stream positions advance alike, triggers fire at the same
-// frame and offset, and Crash, Reset, Deadline and the whole-rank faults give
+// frame and offset, and Crash, Reset, SysTimeout, Deadline and the whole-rank faults give
 // the same errors. Where Read or Write would wait, the polled call returns
 // what it has done and no error instead: on a hung end, 0 and nil until the
 // deadline has passed (then os.ErrDeadlineExceeded) or the end is closed
@@ -63,7 +65,7 @@
 // when faulty holds bytes back. Yield is the wrapped conn's.
 //
 // CloseWrite is forwarded to the wrapped conn, except that on an end a
-// Crash or Reset broke it fails with that fault's error, after Close it
+// Crash, Reset or SysTimeout broke it fails with that fault's error, after Close it
 // fails with net.ErrClosed, and on a hung end it does nothing and returns
 // nil: a hung process sends nothing, not even the end of its stream, so its
 // peer keeps seeing silence.

@@ -29,10 +29,12 @@ const (
 	LenTooLarge
 	LenTooSmall
 	RefuseDial
+	SysTimeout
 )
 
 var kindNames = map[Kind]string{Crash: "crash", Hang: "hang", Reset: "reset", Deadline: "deadline", Delay: "delay",
-	CorruptTag: "corrupt-tag", LenTooLarge: "len-too-large", LenTooSmall: "len-too-small", RefuseDial: "refuse-dial"}
+	CorruptTag: "corrupt-tag", LenTooLarge: "len-too-large", LenTooSmall: "len-too-small", RefuseDial: "refuse-dial",
+	SysTimeout: "system-timeout"}
 
 // String returns the fault's name, as used in test names.
 func (k Kind) String() string {
@@ -272,7 +274,7 @@ type Conn struct {
 	mu        sync.Mutex
 	link      int // -1 until the handshake is seen (coordinator side)
 	hung      bool
-	broken    error // sticky error after Crash or Reset
+	broken    error // sticky error after Crash, Reset or SysTimeout
 	once      error // error for the next I/O (Deadline)
 	corrupt   [2][]Fault
 	rdeadline time.Time
@@ -374,7 +376,7 @@ func (c *CloseWriteConn) CloseWrite() error { return c.closeWrite() }
 func (c *PollCloseWriteConn) CloseWrite() error { return c.closeWrite() }
 
 // closeWrite half-closes the wrapped conn, unless a fault has hit this
-// end: after a Crash or Reset it fails with that fault's error, as other
+// end: after a Crash, Reset or SysTimeout it fails with that fault's error, as other
 // I/O does; on a hung end it does nothing and returns nil, since a hung
 // process sends nothing, not even the end of its stream (its peer keeps
 // seeing silence); after Close it fails with net.ErrClosed.
@@ -409,6 +411,8 @@ func (c *Conn) fireNow(f Fault) {
 		c.breakWith(net.ErrClosed)
 	case Reset:
 		c.breakWith(resetErr())
+	case SysTimeout:
+		c.breakWith(sysTimeoutErr())
 	case Hang:
 		c.mu.Lock()
 		c.hung = true
@@ -426,6 +430,13 @@ func (c *Conn) fireNow(f Fault) {
 
 func resetErr() error {
 	return &net.OpError{Op: "read", Net: "faulty", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+}
+
+// sysTimeoutErr is what TCP's own timeouts (TCP_USER_TIMEOUT, keep-alive)
+// give: ETIMEDOUT, whose Timeout method says true but which is not
+// os.ErrDeadlineExceeded.
+func sysTimeoutErr() error {
+	return &net.OpError{Op: "read", Net: "faulty", Err: os.NewSyscallError("read", syscall.ETIMEDOUT)}
 }
 
 // breakWith closes the underlying conn; later I/O on this end returns err.
@@ -588,6 +599,9 @@ func (c *Conn) act(dir Dir, f *armed, poll bool) error {
 	case Reset:
 		c.breakWith(resetErr())
 		return resetErr()
+	case SysTimeout:
+		c.breakWith(sysTimeoutErr())
+		return sysTimeoutErr()
 	case Deadline:
 		return os.ErrDeadlineExceeded
 	case Hang:

@@ -468,6 +468,27 @@ func TestHang(t *testing.T) {
 	})
 }
 
+// TestSysTimeout checks that a SysTimeout fails the I/O with ETIMEDOUT
+// (whose Timeout method says true, but which is not
+// os.ErrDeadlineExceeded: that is for star to say) and closes the conn
+// under the peer, like a Reset.
+func TestSysTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := faulty.NewScript(faulty.Fault{Kind: faulty.SysTimeout, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: 50})
+		w, peer := workerPair(t, s)
+		got := async(func() readResult { return readUntilErr(peer, 4096) })
+		res := writeChunks(w, frames)
+		require.ErrorIs(t, res.err, syscall.ETIMEDOUT)
+		require.NotErrorIs(t, res.err, os.ErrDeadlineExceeded)
+		require.Equal(t, len(frame0)+50, res.n)
+		r := <-got
+		require.Equal(t, io.EOF, r.err)
+		_, err := w.Read(make([]byte, 1))
+		require.ErrorIs(t, err, syscall.ETIMEDOUT, "Read after it")
+		require.Equal(t, "system-timeout", faulty.SysTimeout.String())
+	})
+}
+
 // TestReset checks that a Reset fails the I/O with ECONNRESET and closes
 // the conn under the peer.
 func TestReset(t *testing.T) {

@@ -365,7 +365,7 @@ const abortFlushMax = 200 * time.Millisecond
 // that a peer blocked writing to us can move on and read. It returns once
 // every Abort has been taken (by the system, or on an unbuffered
 // transport by the peer), or after abortFlushMax (or half ShutdownTimeout,
-// if shorter). The links then end in the background: an Abort not taken yet
+// if shorter); the Abort to a peer that timed out is not waited for. The links then end in the background: an Abort not taken yet
 // keeps trying, and each link waits for its peer to close, up to
 // ShutdownTimeout in all, then closes (Close cuts that short).
 func (c *Comm) endLinks(payload []byte, peer int, cause error) {
@@ -380,10 +380,18 @@ func (c *Comm) endLinks(payload []byte, peer int, cause error) {
 			continue
 		}
 		l.startDrain(lingerUntil)
-		n++
+		// A peer that let nothing move for the timeout is not waited for:
+		// it will hardly take the Abort now (it goes out all the same, for
+		// a peer that was only stopped and resumes).
+		wait := !(l.peer == peer && isTimeout(cause))
+		if wait {
+			n++
+		}
 		c.bg.Go(func() {
 			_ = l.sendFinal(TagAbort, payload, lingerUntil)
-			sent <- struct{}{}
+			if wait {
+				sent <- struct{}{}
+			}
 			l.finish()
 		})
 	}

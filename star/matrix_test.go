@@ -16,12 +16,13 @@ func TestMatrix(t *testing.T) {
 	testkit.RunMatrix(t)
 }
 
-// TestMatrixRealClock runs the crash, reset and corrupt cells that strike
-// before a collective's frame, and the barrier's hang cells, on the real
-// clock (2 s timeout) and
-// logs each fault's median time to fail over every surviving rank.
+// TestMatrixRealClock runs the crash, reset, system-timeout and corrupt
+// cells that strike before a collective's frame, and the barrier's hang
+// cells, on the real clock (2 s timeout), and logs each fault's median
+// time to fail over every surviving rank, and the survivors' Close times
+// after the failure.
 func TestMatrixRealClock(t *testing.T) {
-	times := testkit.RunMatrixRealClock(t, func(c testkit.Cell) bool {
+	times, closes := testkit.RunMatrixRealClock(t, func(c testkit.Cell) bool {
 		if c.Fault == faulty.Hang {
 			return c.When == "before" && c.Op == testkit.OpBarrier // 2.5 s each
 		}
@@ -31,5 +32,10 @@ func TestMatrixRealClock(t *testing.T) {
 		slices.Sort(ds)
 		t.Logf("real clock: fault=%v: %d survivor observations, median time to fail %v (max %v)",
 			kind, len(ds), ds[len(ds)/2].Round(10*time.Microsecond), ds[len(ds)-1].Round(10*time.Microsecond))
+	}
+	slices.Sort(closes)
+	if len(closes) > 0 {
+		t.Logf("real clock: Close after a failure: %d survivor observations, median %v, max %v",
+			len(closes), closes[len(closes)/2].Round(time.Microsecond), closes[len(closes)-1].Round(time.Microsecond))
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// TestLayering enforces DESIGN.md's import rules: arrows point down the
+// TestLayering enforces the import rules of the package layering: arrows point down the
 // package table; star never imports a driver, net or os; only tests import
 // testkit; production code never imports testing.
 func TestLayering(t *testing.T) {

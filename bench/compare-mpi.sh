@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compare-mpi.sh: run the standard workloads (DESIGN.md section 7) on
+# compare-mpi.sh: run the standard workloads (the standard workloads of cmd/starbench) on
 # starcomm (cmd/starbench) and on Open MPI (bench/mpi_bench.c) on this host
 # and print one table: workload, the medians of starcomm, of the raw relay
 # (starbench --raw: the same bytes through the same sockets via rank 0, no

@@ -1,6 +1,6 @@
 /*
- * mpi_bench.c: the standard workloads of starbench (cmd/starbench,
- * DESIGN.md section 7) on MPI, for bench/compare-mpi.sh.
+ * mpi_bench.c: the standard workloads of starbench (cmd/starbench) on
+ * MPI, for bench/compare-mpi.sh.
  *
  * Usage: mpirun -np R mpi_bench [REPEATS_SCALE]
  *

@@ -1,4 +1,4 @@
-// Package shm is the spec's SharedMemoryProvider (seed section 7): regions
+// Package shm is the spec's SharedMemoryProvider (the TCP backend spec's section 7): regions
 // of typed elements that the ranks on one host can share, a leader that
 // populates them, and a communicator of the ranks on the same host.
 //

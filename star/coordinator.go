@@ -172,11 +172,12 @@ func (co *coordinator) scatter(tag byte, parts [][]byte, skip int) error {
 	}
 	var first error
 	co.stage = stageFrame(co.stage, tag, parts)
+	now := time.Now()
 	for _, l := range co.workers {
 		if l.peer == skip {
 			continue
 		}
-		done, err := l.postFrame(co.stage)
+		done, err := l.postFrameAt(co.stage, now)
 		co.c.hook(hookPosted)
 		switch {
 		case err != nil:

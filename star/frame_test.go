@@ -31,7 +31,7 @@ func unhex(t *testing.T, s string) []byte {
 }
 
 // TestWireConstants pins the tag values of spec section 4.2 and the
-// ReduceOp bytes of DESIGN.md section 3.
+// ReduceOp bytes (see the package doc).
 func TestWireConstants(t *testing.T) {
 	require.Equal(t, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, []byte{
 		TagAllgathervSend, TagAllgathervRecv, TagAllreduceSend, TagAllreduceRecv, TagBroadcast,

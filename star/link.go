@@ -126,7 +126,11 @@ func (l *link) resume() {
 // slack, and a deadline is set at most once per slack, not once per I/O.
 // With an absolute deadline (until), that is the deadline. A cancelled
 // link returns the cancel's cause instead.
-func (l *link) arm(write bool) error {
+func (l *link) arm(write bool) error { return l.armAt(write, time.Time{}) }
+
+// armAt is arm for a caller that has just read the clock (now; zero: read
+// it here): a polling loop arms every link in every round.
+func (l *link) armAt(write bool, now time.Time) error {
 	if err := l.cancelled(); err != nil {
 		return err
 	}
@@ -141,7 +145,9 @@ func (l *link) arm(write bool) error {
 		}
 		want = l.until
 	} else {
-		now := time.Now()
+		if now.IsZero() {
+			now = time.Now()
+		}
 		if !cur.IsZero() && !cur.Before(now.Add(l.timeout)) {
 			return nil
 		}
@@ -406,8 +412,11 @@ func (l *link) endRead() {
 // pollRead moves the frame begun by beginRead forward with what has already
 // arrived, without waiting (l.poller must be set). It reports whether the
 // frame is complete and how many bytes it took.
-func (l *link) pollRead() (done bool, got int, err error) {
-	if err := l.arm(false); err != nil {
+func (l *link) pollRead() (done bool, got int, err error) { return l.pollReadAt(time.Time{}) }
+
+// pollReadAt is pollRead at time now (see armAt).
+func (l *link) pollReadAt(now time.Time) (done bool, got int, err error) {
+	if err := l.armAt(false, now); err != nil {
 		return false, 0, err
 	}
 	for l.rhave < HeaderSize {

@@ -9,7 +9,7 @@ import (
 	"github.com/starcomm/starcomm/transport/faulty"
 )
 
-// TestMatrix runs the failure matrix of DESIGN.md section 5 over the faulty
+// TestMatrix runs the failure matrix (see testkit) over the faulty
 // transport on a fake clock; `go test -run Matrix -v` shows each cell by
 // name.
 func TestMatrix(t *testing.T) {

@@ -18,12 +18,12 @@ const pollMax = 256 << 10
 // (see link.arm), so polling never runs on a stale deadline.
 func pollLinks(spin, limit time.Duration, links ...*link) (done int, bad *link, err error) {
 	start := time.Now()
-	last := start
+	last, round := start, start
 	for {
 		moved := false
 		for i := done; i < len(links); i++ {
 			l := links[i]
-			complete, n, err := l.pollRead()
+			complete, n, err := l.pollReadAt(round)
 			if err != nil {
 				return done, l, err
 			}
@@ -37,6 +37,7 @@ func pollLinks(spin, limit time.Duration, links ...*link) (done int, bad *link, 
 			return done, nil, nil
 		}
 		now := time.Now()
+		round = now
 		switch {
 		case now.Sub(start) >= limit:
 			return done, nil, nil
@@ -71,8 +72,11 @@ func stageFrame(dst []byte, tag byte, parts [][]byte) []byte {
 // takes it without waiting (l.poller must be set); it reports whether all
 // of it went. What did not go is in l.wrest, for finishWrite. The link only
 // reads frame, so several links may post the same one.
-func (l *link) postFrame(frame []byte) (bool, error) {
-	if err := l.arm(true); err != nil {
+func (l *link) postFrame(frame []byte) (bool, error) { return l.postFrameAt(frame, time.Time{}) }
+
+// postFrameAt is postFrame at time now (see armAt).
+func (l *link) postFrameAt(frame []byte, now time.Time) (bool, error) {
+	if err := l.armAt(true, now); err != nil {
 		return false, err
 	}
 	k, err := l.poller.WriteNow(frame)

@@ -83,7 +83,8 @@ func RunConformance(t *testing.T, sizes []int, start StartFunc) {
 	}
 }
 
-// Cases returns the conformance cases of CONFORMANCE.md, in a fixed order.
+// Cases returns the cases of the conformance suite every backend passes,
+// in a fixed order.
 func Cases() []Case {
 	var cs []Case
 	cs = append(cs, allgathervCases()...)

@@ -1,6 +1,6 @@
 // Package testkit holds what every backend's tests share: starting R ranks
 // in one process over any transport driver (StartStar), a goroutine-leak
-// check (CheckGoroutines), and the conformance suite of CONFORMANCE.md
+// check (CheckGoroutines), and the conformance suite
 // (Cases, RunConformance) that each backend runs from its own _test.go file.
 //
 // The conformance cases are written per rank: Case.Run executes on every

@@ -18,7 +18,7 @@ import (
 	"github.com/starcomm/starcomm/transport/faulty"
 )
 
-// The failure matrix (DESIGN.md section 5): every fault, in every
+// The failure matrix: every fault, in every
 // collective plus start-up and shutdown, on a worker's link or on the
 // coordinator, before a collective's frame, in the middle of it, or between
 // collectives. Each cell runs 4 ranks over pipes wrapped by transport/faulty

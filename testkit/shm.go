@@ -11,7 +11,7 @@ import (
 )
 
 // sharedMemoryCases are the "shared memory provider" cases of
-// CONFORMANCE.md, run with the heap-fallback provider every local and star
+// the conformance suite (Cases), run with the heap-fallback provider every local and star
 // communicator offers (shm.HeapFallback).
 func sharedMemoryCases() []Case {
 	return []Case{

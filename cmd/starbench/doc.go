@@ -1,5 +1,5 @@
 // Command starbench benchmarks starcomm's collectives on the standard
-// workloads of DESIGN.md section 7 and prints one table (or JSON document)
+// standard workloads (listed below) and prints one table (or JSON document)
 // of the slowest rank's median time and the algorithm bandwidth per
 // workload.
 //

@@ -121,7 +121,7 @@ func writeHelp(w io.Writer) {
 	var v flagValues
 	fs := newFlagSet(&v)
 	fmt.Fprintln(w, synopsis)
-	fmt.Fprintln(w, "\nBenchmarks starcomm's collectives on the standard workloads (DESIGN.md section 7).")
+	fmt.Fprintln(w, "\nBenchmarks starcomm's collectives on the standard workloads.")
 	fmt.Fprintln(w, "With -n N it starts N ranks of itself over TCP on 127.0.0.1; without -n it is one rank")
 	fmt.Fprintln(w, "of a job started by starrun (or any launcher setting COBRE_* variables).")
 	fmt.Fprintln(w, "\nFlags (- and -- are equivalent):")

@@ -10,7 +10,7 @@ import (
 	"github.com/starcomm/starcomm/comm"
 )
 
-// Sizes of the standard workloads (DESIGN.md section 7), in elements.
+// Sizes of the standard workloads, in elements.
 const (
 	cutValues       = 25_000    // one rank's cuts of one stage: 200 KB of float64
 	trialValues     = 262_144   // one rank's trial points: 2 MiB of float64
@@ -75,7 +75,7 @@ func (e *verifyError) Error() string {
 		e.Workload, e.Rank, rep, e.Buffer, e.Index, e.Got, e.Want)
 }
 
-// standardWorkloads returns the workloads of DESIGN.md section 7, in the
+// standardWorkloads returns the standard workloads, in the
 // order they run by default.
 func standardWorkloads() []workload {
 	return []workload{

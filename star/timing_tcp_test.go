@@ -2,7 +2,6 @@ package star_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,44 +19,22 @@ import (
 // of them may fail. Sleeps here are the scenario (time passing in a rank),
 // never synchronisation.
 
-// startTCPLate starts size ranks over loopback TCP with cfg applied to
-// each, worker `late` only after delay, and returns the communicators and
-// how long each rank's New took.
+// startTCPLate starts size ranks over loopback TCP with tweak applied to
+// each, worker late's process starting only after delay, and returns the
+// communicators and how long each rank's New took.
 func startTCPLate(t *testing.T, size, late int, delay time.Duration, tweak func(*star.Config)) ([]comm.Communicator, []time.Duration) {
 	t.Helper()
 	testkit.CheckGoroutines(t)
-	nw := testkit.NewTCPNetwork()
-	ln, err := nw.Listen()
-	require.NoError(t, err)
-	comms := make([]comm.Communicator, size)
-	took := make([]time.Duration, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		cfg := star.DefaultConfig()
-		cfg.Rank, cfg.Size = r, size
-		if r == 0 {
-			cfg.Listener = ln
-		} else {
-			cfg.Dialer, cfg.Addr = nw.Dialer(), ln.Addr()
+	comms, took, err := testkit.StartStarTimed(context.Background(), testkit.NewTCPNetwork(), size, func(c *star.Config) {
+		if c.Rank == late {
+			c.Dialer = testkit.LateDialer{Dialer: c.Dialer, Delay: delay}
 		}
 		if tweak != nil {
-			tweak(&cfg)
+			tweak(c)
 		}
-		wg.Go(func() {
-			if r == late {
-				time.Sleep(delay) // this rank's process starts late
-			}
-			begin := time.Now()
-			c, err := star.New(context.Background(), cfg)
-			took[r], comms[r], errs[r] = time.Since(begin), c, err
-		})
-	}
-	wg.Wait()
+	})
+	require.NoError(t, err, "start-up")
 	t.Cleanup(func() { testkit.CloseAll(comms) })
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d start-up", r)
-	}
 	return comms, took
 }
 

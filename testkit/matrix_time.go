@@ -11,7 +11,6 @@ import (
 
 	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/star"
-	"github.com/starcomm/starcomm/transport"
 	"github.com/starcomm/starcomm/transport/faulty"
 )
 
@@ -83,7 +82,7 @@ func runTimeCell(t *testing.T, cell Cell, p matrixParams) {
 	comms, err := StartStar(context.Background(), NewPipeNetwork(), MatrixRanks, func(cfg *star.Config) {
 		cfg.Timeout, cfg.ShutdownTimeout, cfg.ConnectTimeout = p.timeout, matrixShutdown, matrixConnect
 		if cell.When == timeLateJoin && cfg.Rank == failing {
-			cfg.Dialer = lateDialer{cfg.Dialer, matrixConnect / 2}
+			cfg.Dialer = LateDialer{Dialer: cfg.Dialer, Delay: matrixConnect / 2}
 		}
 		if cell.When == timeExit {
 			if exitScript == nil {
@@ -237,16 +236,4 @@ func wrongLength(op string, rank int) *opRun {
 	o.check = func() error { return nil }
 	o.sendCopy = o.send
 	return o
-}
-
-// lateDialer is a worker whose process starts late: it dials after delay.
-type lateDialer struct {
-	d     transport.Dialer
-	delay time.Duration
-}
-
-// Dial waits delay, then dials.
-func (l lateDialer) Dial(ctx context.Context, addr string) (transport.Conn, error) {
-	time.Sleep(l.delay)
-	return l.d.Dial(ctx, addr)
 }

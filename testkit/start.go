@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/star"
@@ -43,11 +44,19 @@ func (p *PipeNetwork) Dialer() transport.Dialer { return p.Net }
 // rank's Config (timeouts, a wrapped Dialer) before it starts. On error every
 // rank already started is closed.
 func StartStar(ctx context.Context, nw Network, size int, tweak func(*star.Config)) ([]comm.Communicator, error) {
+	comms, _, err := StartStarTimed(ctx, nw, size, tweak)
+	return comms, err
+}
+
+// StartStarTimed is StartStar that also returns how long each rank's
+// star.New took.
+func StartStarTimed(ctx context.Context, nw Network, size int, tweak func(*star.Config)) ([]comm.Communicator, []time.Duration, error) {
 	ln, err := nw.Listen()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	comms := make([]comm.Communicator, size)
+	took := make([]time.Duration, size)
 	errs := make([]error, size)
 	var wg sync.WaitGroup
 	for r := 0; r < size; r++ {
@@ -62,7 +71,9 @@ func StartStar(ctx context.Context, nw Network, size int, tweak func(*star.Confi
 			tweak(&cfg)
 		}
 		wg.Go(func() {
+			begin := time.Now()
 			c, err := star.New(ctx, cfg)
+			took[r] = time.Since(begin)
 			if err != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", r, err)
 				return
@@ -73,9 +84,22 @@ func StartStar(ctx context.Context, nw Network, size int, tweak func(*star.Confi
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		CloseAll(comms)
-		return nil, err
+		return nil, took, err
 	}
-	return comms, nil
+	return comms, took, nil
+}
+
+// LateDialer is a Dialer whose process starts late: it waits Delay, then
+// dials through Dialer.
+type LateDialer struct {
+	Dialer transport.Dialer
+	Delay  time.Duration
+}
+
+// Dial waits Delay, then dials.
+func (l LateDialer) Dial(ctx context.Context, addr string) (transport.Conn, error) {
+	time.Sleep(l.Delay)
+	return l.Dialer.Dial(ctx, addr)
 }
 
 // CloseAll closes every non-nil communicator concurrently, as separate

@@ -3,6 +3,7 @@ package faulty_test
 import (
 	"context"
 	"fmt"
+	"github.com/starcomm/starcomm/testkit"
 	"io"
 	"net"
 	"os"
@@ -135,7 +136,7 @@ func TestCloseWrite(t *testing.T) {
 	t.Run("case=forwarded", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			w, peer := workerPair(t, faulty.NewScript())
-			sent := async(func() error {
+			sent := testkit.Async(func() error {
 				if _, err := w.Write(frame0); err != nil {
 					return err
 				}
@@ -147,7 +148,7 @@ func TestCloseWrite(t *testing.T) {
 			require.NoError(t, <-sent)
 			_, err := w.Write(frame2)
 			require.ErrorIs(t, err, io.ErrClosedPipe, "Write after CloseWrite (pipe's error)")
-			sent = async(func() error { _, err := peer.Write(frame1); return err })
+			sent = testkit.Async(func() error { _, err := peer.Write(frame1); return err })
 			require.Equal(t, frame1, readFull(w, len(frame1)).data, "the half-closed end still reads")
 			require.NoError(t, <-sent)
 		})
@@ -204,14 +205,14 @@ func TestPolledHang(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := faulty.NewScript(faulty.Fault{Kind: faulty.Hang, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: 50})
 		w, peer := workerPair(t, s)
-		got := async(func() readResult { return readFull(peer, len(frame0)+50) })
+		got := testkit.Async(func() readResult { return readFull(peer, len(frame0)+50) })
 		synctest.Wait()
 		require.Equal(t, ioResult{len(frame0), nil}, writeNow(w, frame0))
 		synctest.Wait()
 		require.Equal(t, ioResult{50, nil}, writeNow(w, frame1), "WriteNow up to the hang")
 		require.Equal(t, stream[:len(frame0)+50], (<-got).data)
 		require.Equal(t, 1, s.Fired())
-		sent := async(write(peer, frame2))
+		sent := testkit.Async(write(peer, frame2))
 		synctest.Wait()
 		start := time.Now()
 		require.NoError(t, w.SetDeadline(start.Add(2*time.Second)))
@@ -228,7 +229,7 @@ func TestPolledHang(t *testing.T) {
 		r = readNow(w, 64)
 		require.ErrorIs(t, r.err, os.ErrDeadlineExceeded, "ReadNow past the deadline")
 		require.Zero(t, r.n)
-		pending(t, sent, "peer's Write to a hung end")
+		testkit.Blocked(t, sent, "peer's Write to a hung end")
 
 		// A deadline cleared: nothing again, until Close.
 		require.NoError(t, w.SetDeadline(time.Time{}))
@@ -250,7 +251,7 @@ func TestPolledDelay(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Delay, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: 50, Delay: delay})
 			w, peer := workerPair(t, s)
-			got := async(func() readResult { return readUntilErr(peer, 4096) })
+			got := testkit.Async(func() readResult { return readUntilErr(peer, 4096) })
 			synctest.Wait()
 			require.Equal(t, ioResult{len(frame0), nil}, writeNow(w, frame0))
 			synctest.Wait()
@@ -273,7 +274,7 @@ func TestPolledDelay(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Delay, Rank: 1, Dir: faulty.Read, Frame: 1, Offset: 50, Delay: delay})
 			w, peer := workerPair(t, s)
-			sent := async(func() ioResult { return writeChunks(peer, frames) })
+			sent := testkit.Async(func() ioResult { return writeChunks(peer, frames) })
 			require.Equal(t, stream[:len(frame0)+50], readFull(w, len(frame0)+50).data)
 			start := time.Now()
 			require.Equal(t, ioResult{0, nil}, readNow(w, 64), "ReadNow at the Delay")
@@ -316,7 +317,7 @@ func TestPolledManual(t *testing.T) {
 			r := writeNow(w, frame0)
 			require.ErrorIs(t, r.err, os.ErrDeadlineExceeded, "the next polled I/O")
 			require.Zero(t, r.n)
-			got := async(func() readResult { return readFull(peer, len(frame0)) })
+			got := testkit.Async(func() readResult { return readFull(peer, len(frame0)) })
 			synctest.Wait()
 			require.Equal(t, ioResult{len(frame0), nil}, writeNow(w, frame0), "the one after")
 			require.Equal(t, frame0, (<-got).data)
@@ -326,7 +327,7 @@ func TestPolledManual(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Hang, Rank: 1, Manual: true})
 			w, peer := workerPair(t, s)
-			sent := async(write(peer, frame0))
+			sent := testkit.Async(write(peer, frame0))
 			synctest.Wait()
 			s.Fire(1)
 			require.Equal(t, ioResult{0, nil}, readNow(w, 64), "ReadNow on a hung end, data offered")
@@ -342,7 +343,7 @@ func TestPolledManual(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.CorruptTag, Rank: 1, Dir: faulty.Read, Manual: true})
 			w, peer := workerPair(t, s)
 			s.Fire(1)
-			sent := async(write(peer, frame2))
+			sent := testkit.Async(write(peer, frame2))
 			synctest.Wait()
 			buf := make([]byte, 64)
 			n, err := w.(transport.Poller).ReadNow(buf)
@@ -391,12 +392,12 @@ func TestPolledHeaderSplit(t *testing.T) {
 				require.NoError(t, err)
 				t.Cleanup(func() { l.Close() })
 				w, peer := (&testNet{t: t, n: n, l: l}).connect(s.WrapDialer(n, 1))
-				got := async(func() readResult { return readFull(peer, len(frame0)) })
+				got := testkit.Async(func() readResult { return readFull(peer, len(frame0)) })
 				require.NoError(t, writeChunks(w, frames[:1]).err)
 				require.Equal(t, frame0, (<-got).data)
 				require.Equal(t, ioResult{3, nil}, writeNow(w, frame1), "WriteNow into the 3-byte buffer")
 				require.Equal(t, 1, s.Fired())
-				got = async(func() readResult { return readUntilErr(peer, 4096) })
+				got = testkit.Async(func() readResult { return readUntilErr(peer, 4096) })
 				require.NoError(t, writeChunks(w, [][]byte{frame1[3:], frame2, frame3}).err)
 				require.NoError(t, w.Close())
 				r := <-got
@@ -414,7 +415,7 @@ func TestPolledHeaderSplit(t *testing.T) {
 				for i := range stream {
 					bytewise = append(bytewise, stream[i:i+1])
 				}
-				sent := async(func() error {
+				sent := testkit.Async(func() error {
 					if r := writeChunks(peer, bytewise); r.err != nil {
 						return r.err
 					}
@@ -443,7 +444,7 @@ func TestPolledDeadlineHeldBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := faulty.NewScript(faulty.Fault{Kind: faulty.CorruptTag, Rank: 1, Dir: faulty.Read, Frame: 0})
 		w, peer := workerPair(t, s)
-		sent := async(write(peer, frame0))
+		sent := testkit.Async(write(peer, frame0))
 		synctest.Wait()
 		buf := make([]byte, 1)
 		n, err := w.(transport.Poller).ReadNow(buf)

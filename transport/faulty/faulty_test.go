@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/starcomm/starcomm/testkit"
 	"io"
 	"net"
 	"os"
@@ -138,40 +139,6 @@ type readResult struct {
 	err  error
 }
 
-// async runs f in a goroutine and delivers its result on the channel.
-func async[T any](f func() T) <-chan T {
-	ch := make(chan T, 1)
-	go func() { ch <- f() }()
-	return ch
-}
-
-// ready returns the value of ch once every other goroutine of the bubble is
-// blocked; it fails the test if there is none, i.e. the operation did not
-// complete without the fake clock moving.
-func ready[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	synctest.Wait()
-	select {
-	case v := <-ch:
-		return v
-	default:
-		t.Fatalf("%s is still blocked", what)
-		panic("unreachable")
-	}
-}
-
-// pending fails the test if ch has a value once every other goroutine of the
-// bubble is blocked.
-func pending[T any](t *testing.T, ch <-chan T, what string) {
-	t.Helper()
-	synctest.Wait()
-	select {
-	case v := <-ch:
-		t.Fatalf("%s returned %+v, want it still blocked", what, v)
-	default:
-	}
-}
-
 func writeChunks(c transport.Conn, chunks [][]byte) ioResult {
 	total := 0
 	for _, p := range chunks {
@@ -244,7 +211,7 @@ func (tn *testNet) connect(d transport.Dialer) (dialed, accepted transport.Conn)
 		c   transport.Conn
 		err error
 	}
-	acc := async(func() connResult { c, err := tn.l.Accept(); return connResult{c, err} })
+	acc := testkit.Async(func() connResult { c, err := tn.l.Accept(); return connResult{c, err} })
 	dialed, err := d.Dial(t.Context(), coordAddr)
 	require.NoError(t, err, "Dial")
 	t.Cleanup(func() { dialed.Close() })
@@ -273,7 +240,7 @@ func handshakeAll(t *testing.T, tn *testNet, ranks ...int) (coord, workers map[i
 		fc := faulty.ConnOf(c)
 		require.NotNil(t, fc, "accepted conn is a %T, want a faulty conn", c)
 		require.Equal(t, -1, fc.Link(), "Link before the handshake")
-		sent := async(write(w, handshake(r)))
+		sent := testkit.Async(write(w, handshake(r)))
 		got := readFull(c, 13)
 		require.NoError(t, got.err)
 		require.Equal(t, handshake(r), got.data)
@@ -297,7 +264,7 @@ func TestCrashPosition(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: k})
 					w, peer := workerPair(t, s)
-					got := async(func() readResult { return readUntilErr(peer, 4096) })
+					got := testkit.Async(func() readResult { return readUntilErr(peer, 4096) })
 					res := writeChunks(w, lay.chunks)
 					require.ErrorIs(t, res.err, net.ErrClosed)
 					require.Equal(t, len(frame0)+k, res.n, "bytes written before the crash")
@@ -320,7 +287,7 @@ func TestCrashPosition(t *testing.T) {
 					synctest.Test(t, func(t *testing.T) {
 						s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 1, Dir: faulty.Read, Frame: 1, Offset: k})
 						w, peer := workerPair(t, s)
-						sent := async(func() ioResult { return writeChunks(peer, lay.chunks) })
+						sent := testkit.Async(func() ioResult { return writeChunks(peer, lay.chunks) })
 						r := readUntilErr(w, size)
 						require.ErrorIs(t, r.err, net.ErrClosed)
 						require.Equal(t, stream[:len(frame0)+k], r.data, "bytes read before the crash")
@@ -346,7 +313,7 @@ func TestHang(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Hang, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: 50})
 			w, peer := workerPair(t, s)
-			got := async(func() readResult { return readFull(peer, len(frame0)+50) })
+			got := testkit.Async(func() readResult { return readFull(peer, len(frame0)+50) })
 			start := time.Now()
 			require.NoError(t, w.SetDeadline(start.Add(2*time.Second)))
 			res := writeChunks(w, frames)
@@ -359,14 +326,14 @@ func TestHang(t *testing.T) {
 			require.Equal(t, 1, s.Fired())
 
 			// The hung end does not read either.
-			sent := async(write(peer, []byte("ping")))
+			sent := testkit.Async(write(peer, []byte("ping")))
 			start = time.Now()
 			require.NoError(t, w.SetReadDeadline(start.Add(time.Second)))
 			n, err := w.Read(make([]byte, 8))
 			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
 			require.Zero(t, n)
 			require.Equal(t, time.Second, time.Since(start))
-			pending(t, sent, "peer's Write to a hung end")
+			testkit.Blocked(t, sent, "peer's Write to a hung end")
 
 			// Close: I/O fails at once with net.ErrClosed, but the
 			// underlying conn stays open, so the peer's Write stalls
@@ -379,7 +346,7 @@ func TestHang(t *testing.T) {
 			require.ErrorIs(t, err, net.ErrClosed)
 			_, err = w.Read(make([]byte, 1))
 			require.ErrorIs(t, err, net.ErrClosed)
-			pending(t, sent, "peer's Write after the hung end's Close")
+			testkit.Blocked(t, sent, "peer's Write after the hung end's Close")
 			start = time.Now()
 			require.NoError(t, peer.SetWriteDeadline(start.Add(3*time.Second)))
 			require.ErrorIs(t, (<-sent).err, os.ErrDeadlineExceeded, "peer's Write")
@@ -392,7 +359,7 @@ func TestHang(t *testing.T) {
 			w, peer := workerPair(t, s)
 			start := time.Now()
 			require.NoError(t, peer.SetWriteDeadline(start.Add(5*time.Second)))
-			sent := async(func() ioResult { return writeChunks(peer, frames) })
+			sent := testkit.Async(func() ioResult { return writeChunks(peer, frames) })
 			require.NoError(t, w.SetDeadline(start.Add(2*time.Second)))
 			r := readUntilErr(w, 64)
 			require.ErrorIs(t, r.err, os.ErrDeadlineExceeded)
@@ -431,11 +398,11 @@ func TestHang(t *testing.T) {
 					ioResult
 					at time.Duration
 				}
-				done := async(func() timed { r := op(); return timed{r, time.Since(start)} })
-				pending(t, done, "hung I/O")
+				done := testkit.Async(func() timed { r := op(); return timed{r, time.Since(start)} })
+				testkit.Blocked(t, done, "hung I/O")
 				require.NoError(t, set(start.Add(20*time.Second))) // later
 				time.Sleep(15 * time.Second)                       // past the first deadline
-				pending(t, done, "hung I/O after its deadline moved later")
+				testkit.Blocked(t, done, "hung I/O after its deadline moved later")
 				require.NoError(t, set(time.Now().Add(time.Second))) // earlier
 				r := <-done
 				require.ErrorIs(t, r.err, os.ErrDeadlineExceeded)
@@ -448,13 +415,13 @@ func TestHang(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Hang, Rank: 1, Dir: faulty.Write})
 			w, peer := workerPair(t, s)
-			wr := async(write(w, frame0))
-			pending(t, wr, "hung Write")
-			rd := async(read(w, 64))
-			pending(t, rd, "Read on a hung end")
+			wr := testkit.Async(write(w, frame0))
+			testkit.Blocked(t, wr, "hung Write")
+			rd := testkit.Async(read(w, 64))
+			testkit.Blocked(t, rd, "Read on a hung end")
 			require.NoError(t, w.Close())
-			require.ErrorIs(t, ready(t, wr, "hung Write after Close").err, net.ErrClosed)
-			require.ErrorIs(t, ready(t, rd, "hung Read after Close").err, net.ErrClosed)
+			require.ErrorIs(t, testkit.Ready(t, wr, "hung Write after Close").err, net.ErrClosed)
+			require.ErrorIs(t, testkit.Ready(t, rd, "hung Read after Close").err, net.ErrClosed)
 
 			// The peer sees silence, not EOF: it times out on its own
 			// deadline.
@@ -476,7 +443,7 @@ func TestSysTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := faulty.NewScript(faulty.Fault{Kind: faulty.SysTimeout, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: 50})
 		w, peer := workerPair(t, s)
-		got := async(func() readResult { return readUntilErr(peer, 4096) })
+		got := testkit.Async(func() readResult { return readUntilErr(peer, 4096) })
 		res := writeChunks(w, frames)
 		require.ErrorIs(t, res.err, syscall.ETIMEDOUT)
 		require.NotErrorIs(t, res.err, os.ErrDeadlineExceeded)
@@ -496,7 +463,7 @@ func TestReset(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Reset, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: 50})
 			w, peer := workerPair(t, s)
-			got := async(func() readResult { return readUntilErr(peer, 4096) })
+			got := testkit.Async(func() readResult { return readUntilErr(peer, 4096) })
 			res := writeChunks(w, frames)
 			require.ErrorIs(t, res.err, syscall.ECONNRESET)
 			require.Equal(t, len(frame0)+50, res.n)
@@ -514,7 +481,7 @@ func TestReset(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Reset, Rank: 1, Dir: faulty.Read, Frame: 1, Offset: 5})
 			w, peer := workerPair(t, s)
-			sent := async(func() ioResult { return writeChunks(peer, frames) })
+			sent := testkit.Async(func() ioResult { return writeChunks(peer, frames) })
 			r := readUntilErr(w, 64)
 			require.ErrorIs(t, r.err, syscall.ECONNRESET)
 			require.Equal(t, stream[:len(frame0)+5], r.data)
@@ -536,7 +503,7 @@ func TestDeadline(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Deadline, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: 50})
 			w, peer := workerPair(t, s)
-			got := async(func() readResult { return readFull(peer, len(stream)) })
+			got := testkit.Async(func() readResult { return readFull(peer, len(stream)) })
 			start := time.Now()
 			_, err := w.Write(frame0)
 			require.NoError(t, err)
@@ -556,7 +523,7 @@ func TestDeadline(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Deadline, Rank: 1, Dir: faulty.Read, Frame: 1, Offset: 50})
 			w, peer := workerPair(t, s)
-			sent := async(func() ioResult { return writeChunks(peer, frames) })
+			sent := testkit.Async(func() ioResult { return writeChunks(peer, frames) })
 			start := time.Now()
 			var data []byte
 			var failedAt []int
@@ -592,7 +559,7 @@ func TestDelay(t *testing.T) {
 				before, after readResult
 				beforeAt      time.Duration
 			}
-			got := async(func() timedRead {
+			got := testkit.Async(func() timedRead {
 				var r timedRead
 				r.before = readFull(peer, len(frame0)+50)
 				r.beforeAt = time.Since(start)
@@ -622,7 +589,7 @@ func TestDelay(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Delay, Rank: 1, Dir: faulty.Read, Frame: 1, Offset: 50, Delay: delay})
 			w, peer := workerPair(t, s)
-			sent := async(func() ioResult { return writeChunks(peer, frames) })
+			sent := testkit.Async(func() ioResult { return writeChunks(peer, frames) })
 			start := time.Now()
 			first := readFull(w, len(frame0)+50)
 			require.NoError(t, first.err)
@@ -639,7 +606,7 @@ func TestDelay(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Delay, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: 50, Delay: delay})
 			w, peer := workerPair(t, s)
-			got := async(func() readResult { return readUntilErr(peer, 4096) })
+			got := testkit.Async(func() readResult { return readUntilErr(peer, 4096) })
 			start := time.Now()
 			require.NoError(t, w.SetWriteDeadline(start.Add(time.Second)))
 			res := writeChunks(w, frames)
@@ -698,7 +665,7 @@ func TestCorrupt(t *testing.T) {
 						f.Rank, f.Dir, f.Frame, f.Offset = 1, faulty.Write, i, 3 // any offset: the header is corrupted
 						s := faulty.NewScript(f)
 						w, peer := workerPair(t, s)
-						got := async(func() readResult { return readUntilErr(peer, 4096) })
+						got := testkit.Async(func() readResult { return readUntilErr(peer, 4096) })
 						res := writeChunks(w, lay.chunks)
 						require.NoError(t, res.err)
 						require.Equal(t, len(stream), res.n)
@@ -718,7 +685,7 @@ func TestCorrupt(t *testing.T) {
 							f.Rank, f.Dir, f.Frame = 1, faulty.Read, i
 							s := faulty.NewScript(f)
 							w, peer := workerPair(t, s)
-							sent := async(func() error {
+							sent := testkit.Async(func() error {
 								if res := writeChunks(peer, lay.chunks); res.err != nil {
 									return res.err
 								}
@@ -750,7 +717,7 @@ func TestRefuseDial(t *testing.T) {
 		require.Nil(t, c)
 		require.Equal(t, 1, s.Fired())
 		w, peer := tn.connect(d) // the next Dial succeeds
-		sent := async(write(w, frame0))
+		sent := testkit.Async(write(w, frame0))
 		require.Equal(t, frame0, readFull(peer, len(frame0)).data)
 		require.NoError(t, (<-sent).err)
 	})
@@ -777,7 +744,7 @@ func TestLink(t *testing.T) {
 					w, c := tn.connect(s.WrapDialer(tn.n, 3))
 					fc := faulty.ConnOf(c)
 					require.Equal(t, -1, fc.Link())
-					sent := async(func() ioResult { return writeChunks(w, lay.chunks) })
+					sent := testkit.Async(func() ioResult { return writeChunks(w, lay.chunks) })
 					var got []byte
 					for _, n := range rd.sizes {
 						r := readFull(c, n)
@@ -800,7 +767,7 @@ func TestLink(t *testing.T) {
 			)
 			coord, workers := handshakeAll(t, newNet(t, s), 1, 2, 3)
 			for _, r := range []int{1, 2, 3} {
-				got := async(func() readResult { return readUntilErr(workers[r], 64) })
+				got := testkit.Async(func() readResult { return readUntilErr(workers[r], 64) })
 				_, err := coord[r].Write(ack)
 				if r == 2 {
 					require.ErrorIs(t, err, net.ErrClosed, "Ack to worker 2")
@@ -817,7 +784,7 @@ func TestLink(t *testing.T) {
 			}
 			require.Equal(t, 1, s.Fired())
 			for _, r := range []int{1, 3} {
-				sent := async(write(workers[r], frame1))
+				sent := testkit.Async(write(workers[r], frame1))
 				require.NoError(t, coord[r].SetReadDeadline(time.Now().Add(time.Second)))
 				res := readUntilErr(coord[r], 64)
 				if r == 3 {
@@ -842,15 +809,15 @@ func TestManual(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 1, Manual: true}) // Write frame 0 offset 0, were it not manual
 			w, peer := workerPair(t, s)
-			got := async(func() readResult { return readUntilErr(peer, 4096) })
+			got := testkit.Async(func() readResult { return readUntilErr(peer, 4096) })
 			require.NoError(t, writeChunks(w, frames).err, "the stream position of a manual fault does not trigger it")
 			require.Zero(t, s.Fired())
 			s.Fire(2) // another rank
 			require.Zero(t, s.Fired())
-			pending(t, got, "peer's Read before Fire")
+			testkit.Blocked(t, got, "peer's Read before Fire")
 			start := time.Now()
 			s.Fire(1)
-			r := ready(t, got, "peer's Read after Fire")
+			r := testkit.Ready(t, got, "peer's Read after Fire")
 			require.Equal(t, io.EOF, r.err)
 			require.Equal(t, stream, r.data)
 			require.Zero(t, time.Since(start))
@@ -865,7 +832,7 @@ func TestManual(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := faulty.NewScript(faulty.Fault{Kind: faulty.Deadline, Rank: 1, Manual: true})
 			w, peer := workerPair(t, s)
-			got := async(func() readResult { return readFull(peer, len(stream)) })
+			got := testkit.Async(func() readResult { return readFull(peer, len(stream)) })
 			s.Fire(1)
 			n, err := w.Write(frame0)
 			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
@@ -883,11 +850,11 @@ func TestManual(t *testing.T) {
 				if dir == faulty.Read {
 					from, to = peer, w
 				}
-				sent := async(write(from, frame0))
+				sent := testkit.Async(write(from, frame0))
 				require.Equal(t, frame0, readFull(to, len(frame0)).data)
 				require.NoError(t, (<-sent).err)
 				s.Fire(1) // the next frame in dir is corrupted
-				got := async(func() readResult { return readUntilErr(to, 4096) })
+				got := testkit.Async(func() readResult { return readUntilErr(to, 4096) })
 				require.NoError(t, writeChunks(from, frames[1:]).err)
 				require.NoError(t, from.Close())
 				r := <-got
@@ -910,7 +877,7 @@ func TestManual(t *testing.T) {
 			require.Zero(t, n)
 			_, err = coord[2].Write(frame2)
 			require.ErrorIs(t, err, net.ErrClosed)
-			sent := async(write(coord[1], frame2))
+			sent := testkit.Async(write(coord[1], frame2))
 			require.Equal(t, frame2, readFull(workers[1], len(frame2)).data, "link 1 is untouched")
 			require.NoError(t, (<-sent).err)
 		})
@@ -959,7 +926,7 @@ func TestWholeRank(t *testing.T) {
 			w3, c3 := tn.connect(nil) // born hung
 			coord[3], workers[3] = c3, w3
 			for _, r := range []int{1, 2, 3} {
-				sent := async(write(workers[r], frame2))
+				sent := testkit.Async(write(workers[r], frame2))
 				start := time.Now()
 				require.NoError(t, coord[r].SetDeadline(start.Add(time.Second)))
 				n, err := coord[r].Read(make([]byte, 64))
@@ -969,7 +936,7 @@ func TestWholeRank(t *testing.T) {
 				require.NoError(t, coord[r].Close())
 				// Silence, not EOF: the worker's Write stalls until its
 				// deadline.
-				pending(t, sent, fmt.Sprintf("worker %d's Write", r))
+				testkit.Blocked(t, sent, fmt.Sprintf("worker %d's Write", r))
 				require.NoError(t, workers[r].SetWriteDeadline(time.Now().Add(time.Second)))
 				require.ErrorIs(t, (<-sent).err, os.ErrDeadlineExceeded, "worker %d's Write", r)
 			}

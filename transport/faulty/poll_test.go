@@ -3,6 +3,7 @@ package faulty_test
 import (
 	"errors"
 	"fmt"
+	"github.com/starcomm/starcomm/testkit"
 	"io"
 	"net"
 	"os"
@@ -262,7 +263,7 @@ func runWrite(t *testing.T, sc scenario, lay layout, buffer int, m ioMode) outco
 			require.NoError(t, w.SetDeadline(start.Add(sc.deadline)))
 		}
 		require.NoError(t, peer.SetDeadline(start.Add(peerDeadline)))
-		got := async(func() sideResult {
+		got := testkit.Async(func() sideResult {
 			var r sideResult
 			buf := make([]byte, 4096)
 			for {
@@ -294,7 +295,7 @@ func runRead(t *testing.T, sc scenario, lay layout, buffer, size int, m ioMode) 
 			require.NoError(t, w.SetDeadline(start.Add(sc.deadline)))
 		}
 		require.NoError(t, peer.SetDeadline(start.Add(peerDeadline)))
-		sent := async(func() sideResult {
+		sent := testkit.Async(func() sideResult {
 			var r sideResult
 			for _, p := range lay.chunks {
 				n, err := peer.Write(p)

@@ -2,6 +2,7 @@ package faulty_test
 
 import (
 	"errors"
+	"github.com/starcomm/starcomm/testkit"
 	"net"
 	"os"
 	"syscall"
@@ -44,7 +45,7 @@ func TestEarliestFaultWins(t *testing.T) {
 			faulty.Fault{Kind: faulty.Crash, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: 5},
 		)
 		w, peer := workerPair(t, s)
-		done := async(func() readResult { return readUntilErr(peer, 4096) })
+		done := testkit.Async(func() readResult { return readUntilErr(peer, 4096) })
 		res := writeChunks(w, [][]byte{handshake(1), mkFrame(0x01, payload(100))})
 		require.ErrorIs(t, res.err, net.ErrClosed)
 		require.Equal(t, 13+5, res.n)
@@ -58,7 +59,7 @@ func TestHangStopsPendingRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := faulty.NewScript(faulty.Fault{Kind: faulty.Hang, Rank: 1, Manual: true})
 		w, peer := workerPair(t, s)
-		pendingRead := async(func() ioResult { n, err := w.Read(make([]byte, 16)); return ioResult{n, err} })
+		pendingRead := testkit.Async(func() ioResult { n, err := w.Read(make([]byte, 16)); return ioResult{n, err} })
 		synctest.Wait()
 		s.Fire(1)
 		go func() { _, _ = peer.Write([]byte("after the hang")) }()
@@ -84,7 +85,7 @@ func TestFiredCrashReachesPendingIO(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := faulty.NewScript(faulty.Fault{Kind: tc.kind, Rank: 1, Manual: true})
 				w, _ := workerPair(t, s)
-				pendingRead := async(func() ioResult { n, err := w.Read(make([]byte, 16)); return ioResult{n, err} })
+				pendingRead := testkit.Async(func() ioResult { n, err := w.Read(make([]byte, 16)); return ioResult{n, err} })
 				synctest.Wait()
 				s.Fire(1)
 				got := <-pendingRead

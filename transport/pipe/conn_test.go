@@ -3,6 +3,7 @@ package pipe_test
 import (
 	"bytes"
 	"fmt"
+	"github.com/starcomm/starcomm/testkit"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -26,39 +27,6 @@ import (
 type ioResult struct {
 	n   int
 	err error
-}
-
-// async runs f in a goroutine and delivers its result on the channel.
-func async[T any](f func() T) <-chan T {
-	ch := make(chan T, 1)
-	go func() { ch <- f() }()
-	return ch
-}
-
-// ready returns the value of ch once every other goroutine of the bubble is
-// blocked, failing the test if there is none yet.
-func ready[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	synctest.Wait()
-	select {
-	case v := <-ch:
-		return v
-	default:
-		t.Fatalf("%s is still blocked", what)
-		panic("unreachable")
-	}
-}
-
-// blocked fails the test if ch has a value once every other goroutine of
-// the bubble is blocked.
-func blocked[T any](t *testing.T, ch <-chan T, what string) {
-	t.Helper()
-	synctest.Wait()
-	select {
-	case v := <-ch:
-		t.Fatalf("%s returned %+v, want it blocked", what, v)
-	default:
-	}
 }
 
 func write(c transport.Conn, p []byte) func() ioResult {
@@ -93,7 +61,7 @@ func connect(t *testing.T, n *pipe.Network) (dialed, accepted transport.Conn) {
 		c   transport.Conn
 		err error
 	}
-	acc := async(func() connResult { c, err := l.Accept(); return connResult{c, err} })
+	acc := testkit.Async(func() connResult { c, err := l.Accept(); return connResult{c, err} })
 	dialed, err = n.Dial(t.Context(), l.Addr())
 	require.NoError(t, err, "Dial")
 	t.Cleanup(func() { dialed.Close() })
@@ -133,20 +101,20 @@ func TestUnbuffered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b := connect(t, pipe.NewNetwork())
 		msg := seq(100)
-		wr := async(write(a, msg))
-		blocked(t, wr, "Write with nobody reading")
+		wr := testkit.Async(write(a, msg))
+		testkit.Blocked(t, wr, "Write with nobody reading")
 		require.Equal(t, msg[:30], readAll(t, b, 30, 30))
-		blocked(t, wr, "Write with 70 bytes unread")
+		testkit.Blocked(t, wr, "Write with 70 bytes unread")
 		require.Equal(t, msg[30:], readAll(t, b, 70, 7))
-		require.Equal(t, ioResult{100, nil}, ready(t, wr, "Write read in full"))
+		require.Equal(t, ioResult{100, nil}, testkit.Ready(t, wr, "Write read in full"))
 
 		// A Read waiting first gets the bytes of a later Write.
-		rd := async(func() []byte { return readAll(t, a, 5, 64) })
-		blocked(t, rd, "Read with nothing written")
+		rd := testkit.Async(func() []byte { return readAll(t, a, 5, 64) })
+		testkit.Blocked(t, rd, "Read with nothing written")
 		n, err := b.Write([]byte("hello"))
 		require.NoError(t, err)
 		require.Equal(t, 5, n)
-		require.Equal(t, []byte("hello"), ready(t, rd, "Read"))
+		require.Equal(t, []byte("hello"), testkit.Ready(t, rd, "Read"))
 	})
 }
 
@@ -158,12 +126,12 @@ func TestBuffered(t *testing.T) {
 		n, err := a.Write([]byte("0123456"))
 		require.NoError(t, err, "Write that fits")
 		require.Equal(t, 7, n)
-		wr := async(write(a, []byte("789abcdefghij")))
-		blocked(t, wr, "Write larger than the free room")
+		wr := testkit.Async(write(a, []byte("789abcdefghij")))
+		testkit.Blocked(t, wr, "Write larger than the free room")
 		require.Equal(t, []byte("0123"), readAll(t, b, 4, 4))
-		blocked(t, wr, "Write with 6 bytes still waiting")
+		testkit.Blocked(t, wr, "Write with 6 bytes still waiting")
 		require.Equal(t, []byte("456789abcd"), readAll(t, b, 10, 10), "the buffer refills from the waiting Write")
-		require.Equal(t, ioResult{13, nil}, ready(t, wr, "Write that fits after the reads"))
+		require.Equal(t, ioResult{13, nil}, testkit.Ready(t, wr, "Write that fits after the reads"))
 		require.Equal(t, []byte("efghij"), readAll(t, b, 6, 64))
 
 		// The other direction has its own buffer.
@@ -192,18 +160,18 @@ func TestWriteDeadlineMidWrite(t *testing.T) {
 				a, b := connect(t, network(buffer))
 				start := time.Now()
 				require.NoError(t, a.SetWriteDeadline(start.Add(time.Second)))
-				wr := async(write(a, seq(20)))
+				wr := testkit.Async(write(a, seq(20)))
 				require.Equal(t, seq(6), readAll(t, b, 6, 6))
-				blocked(t, wr, "Write before its deadline")
+				testkit.Blocked(t, wr, "Write before its deadline")
 				res := <-wr
 				require.ErrorIs(t, res.err, os.ErrDeadlineExceeded)
 				require.Equal(t, time.Second, time.Since(start))
 				require.Equal(t, 6+buffer, res.n, "bytes read or buffered")
 				// What was buffered still arrives, then the next Write's.
 				require.NoError(t, a.SetWriteDeadline(time.Time{}))
-				wr = async(write(a, []byte("next")))
+				wr = testkit.Async(write(a, []byte("next")))
 				require.Equal(t, append(seq(6 + buffer)[6:], "next"...), readAll(t, b, buffer+4, 64))
-				require.Equal(t, ioResult{4, nil}, ready(t, wr, "Write after the deadline was cleared"))
+				require.Equal(t, ioResult{4, nil}, testkit.Ready(t, wr, "Write after the deadline was cleared"))
 			})
 		})
 	}
@@ -223,11 +191,11 @@ func TestDeadlinesFakeClock(t *testing.T) {
 					ioResult
 					at time.Duration
 				}
-				rd := async(func() timed { r := read(a, 8)(); return timed{r, time.Since(start)} })
-				blocked(t, rd, "Read before its deadline")
+				rd := testkit.Async(func() timed { r := read(a, 8)(); return timed{r, time.Since(start)} })
+				testkit.Blocked(t, rd, "Read before its deadline")
 				require.NoError(t, a.SetReadDeadline(start.Add(20*time.Second))) // later
 				time.Sleep(15 * time.Second)
-				blocked(t, rd, "Read after its deadline moved later")
+				testkit.Blocked(t, rd, "Read after its deadline moved later")
 				require.NoError(t, a.SetReadDeadline(time.Now().Add(time.Second))) // earlier
 				r := <-rd
 				require.ErrorIs(t, r.err, os.ErrDeadlineExceeded)
@@ -236,7 +204,7 @@ func TestDeadlinesFakeClock(t *testing.T) {
 
 				// The passed deadline fails Read even with data there (a
 				// pending Write, or the buffer).
-				wr := async(write(b, []byte("data")))
+				wr := testkit.Async(write(b, []byte("data")))
 				synctest.Wait()
 				_, err := a.Read(make([]byte, 8))
 				require.ErrorIs(t, err, os.ErrDeadlineExceeded, "Read past its deadline, data there")
@@ -244,15 +212,15 @@ func TestDeadlinesFakeClock(t *testing.T) {
 				require.ErrorIs(t, err, os.ErrDeadlineExceeded, "ReadNow past the deadline, data there")
 				require.NoError(t, a.SetReadDeadline(time.Time{}))
 				require.Equal(t, []byte("data"), readAll(t, a, 4, 8))
-				require.Equal(t, ioResult{4, nil}, ready(t, wr, "Write"))
+				require.Equal(t, ioResult{4, nil}, testkit.Ready(t, wr, "Write"))
 
 				// A deadline moved into the past unblocks a pending Write
 				// at once.
-				wr = async(write(a, seq(buffer+1)))
-				blocked(t, wr, "Write larger than the buffer")
+				wr = testkit.Async(write(a, seq(buffer+1)))
+				testkit.Blocked(t, wr, "Write larger than the buffer")
 				now := time.Now()
 				require.NoError(t, a.SetWriteDeadline(now.Add(-time.Second)))
-				res := ready(t, wr, "Write after its deadline moved into the past")
+				res := testkit.Ready(t, wr, "Write after its deadline moved into the past")
 				require.ErrorIs(t, res.err, os.ErrDeadlineExceeded)
 				require.Equal(t, buffer, res.n)
 				require.Zero(t, time.Since(now))
@@ -260,9 +228,9 @@ func TestDeadlinesFakeClock(t *testing.T) {
 				require.ErrorIs(t, err, os.ErrDeadlineExceeded, "WriteNow past the deadline")
 				require.Zero(t, n)
 				require.NoError(t, a.SetDeadline(time.Time{}))
-				wr = async(write(a, []byte("ok")))
+				wr = testkit.Async(write(a, []byte("ok")))
 				require.Equal(t, append(seq(buffer), "ok"...), readAll(t, b, buffer+2, 64))
-				require.Equal(t, ioResult{2, nil}, ready(t, wr, "Write after the deadline was cleared"))
+				require.Equal(t, ioResult{2, nil}, testkit.Ready(t, wr, "Write after the deadline was cleared"))
 			})
 		})
 	}
@@ -278,13 +246,13 @@ func TestClose(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				// Reads pending on both ends.
 				a, b := connect(t, network(buffer))
-				ownRead, peerRead := async(read(a, 8)), async(read(b, 8))
-				blocked(t, ownRead, "Read with nothing sent")
-				blocked(t, peerRead, "Read with nothing sent")
+				ownRead, peerRead := testkit.Async(read(a, 8)), testkit.Async(read(b, 8))
+				testkit.Blocked(t, ownRead, "Read with nothing sent")
+				testkit.Blocked(t, peerRead, "Read with nothing sent")
 				require.NoError(t, a.Close())
-				r := ready(t, ownRead, "Read pending during Close")
+				r := testkit.Ready(t, ownRead, "Read pending during Close")
 				require.ErrorIs(t, r.err, io.ErrClosedPipe)
-				require.Equal(t, ioResult{0, io.EOF}, ready(t, peerRead, "peer's Read pending during Close"))
+				require.Equal(t, ioResult{0, io.EOF}, testkit.Ready(t, peerRead, "peer's Read pending during Close"))
 				require.NoError(t, a.Close(), "second Close")
 				_, err := a.Read(make([]byte, 1))
 				require.ErrorIs(t, err, io.ErrClosedPipe, "Read after Close")
@@ -298,14 +266,14 @@ func TestClose(t *testing.T) {
 				// Writes pending on both ends: each stalls on the bytes
 				// beyond the buffer.
 				a, b = connect(t, network(buffer))
-				ownWrite, peerWrite := async(write(a, seq(buffer+8))), async(write(b, seq(buffer+8)))
-				blocked(t, ownWrite, "Write with nobody reading")
-				blocked(t, peerWrite, "Write with nobody reading")
+				ownWrite, peerWrite := testkit.Async(write(a, seq(buffer+8))), testkit.Async(write(b, seq(buffer+8)))
+				testkit.Blocked(t, ownWrite, "Write with nobody reading")
+				testkit.Blocked(t, peerWrite, "Write with nobody reading")
 				require.NoError(t, a.Close())
-				r = ready(t, ownWrite, "Write pending during Close")
+				r = testkit.Ready(t, ownWrite, "Write pending during Close")
 				require.ErrorIs(t, r.err, io.ErrClosedPipe)
 				require.Equal(t, buffer, r.n, "bytes buffered before Close")
-				r = ready(t, peerWrite, "peer's Write pending during Close")
+				r = testkit.Ready(t, peerWrite, "peer's Write pending during Close")
 				require.ErrorIs(t, r.err, io.ErrClosedPipe)
 				require.Equal(t, buffer, r.n)
 				// The peer reads what the closed end had buffered, then
@@ -326,11 +294,11 @@ func TestCloseWrite(t *testing.T) {
 		t.Run(fmt.Sprintf("buffer=%d", buffer), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				a, b := pollers(t, network(buffer))
-				wr := async(write(a, seq(buffer+5)))
+				wr := testkit.Async(write(a, seq(buffer+5)))
 				require.Equal(t, seq(2), readAll(t, b, 2, 2))
-				blocked(t, wr, "Write larger than the buffer")
+				testkit.Blocked(t, wr, "Write larger than the buffer")
 				require.NoError(t, a.CloseWrite())
-				res := ready(t, wr, "pending Write after CloseWrite")
+				res := testkit.Ready(t, wr, "pending Write after CloseWrite")
 				require.ErrorIs(t, res.err, io.ErrClosedPipe)
 				require.Equal(t, buffer+2, res.n, "bytes the peer read or has buffered")
 				_, err := a.Write([]byte("x"))
@@ -346,12 +314,12 @@ func TestCloseWrite(t *testing.T) {
 				require.Zero(t, n)
 
 				// The half-closed end still reads, by Read and ReadNow.
-				wr = async(write(b, []byte("reply")))
+				wr = testkit.Async(write(b, []byte("reply")))
 				require.Equal(t, []byte("re"), readAll(t, a, 2, 2))
 				n, err = a.ReadNow(make([]byte, 8))
 				require.NoError(t, err)
 				require.Equal(t, 3, n)
-				require.Equal(t, ioResult{5, nil}, ready(t, wr, "peer's Write"))
+				require.Equal(t, ioResult{5, nil}, testkit.Ready(t, wr, "peer's Write"))
 				require.NoError(t, b.Close())
 				n, err = a.Read(make([]byte, 1))
 				require.Equal(t, io.EOF, err)
@@ -376,7 +344,7 @@ func TestReadNow(t *testing.T) {
 				require.Zero(t, n)
 
 				msg := seq(20)
-				wr := async(write(a, msg))
+				wr := testkit.Async(write(a, msg))
 				synctest.Wait()
 				var got []byte
 				buf := make([]byte, 3)
@@ -387,19 +355,19 @@ func TestReadNow(t *testing.T) {
 					got = append(got, buf[:n]...)
 				}
 				require.Equal(t, msg, got)
-				require.Equal(t, ioResult{20, nil}, ready(t, wr, "Write read by ReadNow"))
+				require.Equal(t, ioResult{20, nil}, testkit.Ready(t, wr, "Write read by ReadNow"))
 				n, err = b.ReadNow(buf)
 				require.NoError(t, err)
 				require.Zero(t, n, "ReadNow after all was read")
 
 				// ReadNow and Read share the stream.
-				wr = async(write(a, []byte("abcdef")))
+				wr = testkit.Async(write(a, []byte("abcdef")))
 				synctest.Wait()
 				n, err = b.ReadNow(buf)
 				require.NoError(t, err)
 				require.Equal(t, []byte("abc"), buf[:n])
 				require.Equal(t, []byte("def"), readAll(t, b, 3, 8))
-				require.Equal(t, ioResult{6, nil}, ready(t, wr, "Write"))
+				require.Equal(t, ioResult{6, nil}, testkit.Ready(t, wr, "Write"))
 			})
 		})
 	}
@@ -412,7 +380,7 @@ func TestReadNowEOFAndClose(t *testing.T) {
 		t.Run(fmt.Sprintf("buffer=%d", buffer), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				a, b := pollers(t, network(buffer))
-				wr := async(func() error {
+				wr := testkit.Async(func() error {
 					if _, err := a.Write([]byte("last")); err != nil {
 						return err
 					}
@@ -423,7 +391,7 @@ func TestReadNowEOFAndClose(t *testing.T) {
 				n, err := b.ReadNow(buf)
 				require.NoError(t, err)
 				require.Equal(t, []byte("last"), buf[:n])
-				require.NoError(t, ready(t, wr, "Write then Close"))
+				require.NoError(t, testkit.Ready(t, wr, "Write then Close"))
 				for range 2 {
 					n, err = b.ReadNow(buf)
 					require.Equal(t, io.EOF, err, "ReadNow after the peer's Close")
@@ -454,25 +422,25 @@ func TestWriteNow(t *testing.T) {
 			n, err := a.WriteNow([]byte("hello"))
 			require.NoError(t, err)
 			require.Zero(t, n, "WriteNow with nobody reading")
-			rd := async(read(b, 3))
+			rd := testkit.Async(read(b, 3))
 			synctest.Wait()
 			n, err = a.WriteNow([]byte("hello"))
 			require.NoError(t, err)
 			require.Equal(t, 3, n, "WriteNow into a pending 3-byte Read")
-			require.Equal(t, ioResult{3, nil}, ready(t, rd, "Read"))
+			require.Equal(t, ioResult{3, nil}, testkit.Ready(t, rd, "Read"))
 			n, err = a.WriteNow([]byte("lo"))
 			require.NoError(t, err)
 			require.Zero(t, n, "WriteNow once the Read returned")
 
 			// WriteNow into a pending Read, then a Write: in order.
-			rd2 := async(func() []byte { return readAll(t, b, 6, 4) })
+			rd2 := testkit.Async(func() []byte { return readAll(t, b, 6, 4) })
 			synctest.Wait()
 			n, err = a.WriteNow([]byte("ab"))
 			require.NoError(t, err)
 			require.Equal(t, 2, n)
-			wr := async(write(a, []byte("cdef")))
-			require.Equal(t, []byte("abcdef"), ready(t, rd2, "Read"))
-			require.Equal(t, ioResult{4, nil}, ready(t, wr, "Write"))
+			wr := testkit.Async(write(a, []byte("cdef")))
+			require.Equal(t, []byte("abcdef"), testkit.Ready(t, rd2, "Read"))
+			require.Equal(t, ioResult{4, nil}, testkit.Ready(t, wr, "Write"))
 		})
 	})
 	t.Run("buffer=8", func(t *testing.T) {
@@ -490,14 +458,14 @@ func TestWriteNow(t *testing.T) {
 			require.Equal(t, seq(8), readAll(t, b, 8, 8))
 
 			// A Write waiting for room goes first.
-			wr := async(write(a, seq(12)))
+			wr := testkit.Async(write(a, seq(12)))
 			synctest.Wait()
 			require.Equal(t, seq(2), readAll(t, b, 2, 2))
 			n, err = a.WriteNow([]byte("x"))
 			require.NoError(t, err)
 			require.Zero(t, n, "WriteNow while a Write waits")
 			require.Equal(t, seq(12)[2:], readAll(t, b, 10, 64))
-			require.Equal(t, ioResult{12, nil}, ready(t, wr, "Write"))
+			require.Equal(t, ioResult{12, nil}, testkit.Ready(t, wr, "Write"))
 			n, err = a.WriteNow([]byte("x"))
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
@@ -558,9 +526,9 @@ func TestAbilityOptions(t *testing.T) {
 					_, ok = c.(*pipe.Conn)
 					require.Equal(t, !tc.noPoll && !tc.noCloseWrite, ok, "%T is a *pipe.Conn", c)
 				}
-				wr := async(write(a, []byte("hi")))
+				wr := testkit.Async(write(a, []byte("hi")))
 				require.Equal(t, []byte("hi"), readAll(t, b, 2, 8))
-				require.Equal(t, ioResult{2, nil}, ready(t, wr, "Write"))
+				require.Equal(t, ioResult{2, nil}, testkit.Ready(t, wr, "Write"))
 				if cw, ok := a.(transport.CloseWriter); ok {
 					require.NoError(t, cw.CloseWrite())
 				} else {
@@ -668,7 +636,7 @@ func TestRandomStream(t *testing.T) {
 					msg[i] = byte(rng.Uint32())
 				}
 				wrng := rand.New(rand.NewPCG(uint64(buffer), 2))
-				werr := async(func() error {
+				werr := testkit.Async(func() error {
 					for off := 0; off < total; {
 						end := min(total, off+1+wrng.IntN(5000))
 						if wrng.IntN(2) == 0 {

@@ -15,8 +15,10 @@ const (
 	exitFailure = 1 // a rank failed (collective error, verification) or could not start
 	exitUsage   = 2 // bad command line
 	// exitPeerFailed is a rank's exit code when its collective failed
-	// because another rank failed first (crashed, hung, exited); starbench
-	// -n reports the rank that failed on its own instead.
+	// because another rank failed first (crashed, hung, exited). starbench
+	// -n names the root cause from the ranks' error records
+	// (COBRE_ERROR_FILE); this code is only a hint for when no record
+	// decides.
 	exitPeerFailed = 3
 )
 

@@ -3,7 +3,8 @@
 // failure path of the star protocol can be driven in a unit test.
 //
 // Faults are keyed by position in the byte stream, never by wall-clock time:
-// a Fault names the end it acts on (Rank, and Link: the peer's rank), the
+// a Fault names the end it acts on (Rank, and Link: the peer's rank; with
+// Control, that end's control conn instead of its data conn), the
 // direction (Write: bytes this end sends; Read: bytes it receives), the
 // frame index in that direction (0 is the first frame: a worker's
 // Handshake, or the coordinator's Ack) and the byte offset inside that frame
@@ -36,7 +37,65 @@
 // Corruptions apply to the frame's header, whatever the Offset. Faults fire
 // once. A Script holds the faults of a whole run; WrapDialer and
 // WrapListener attach it to one rank's ends; Fire triggers a fault "now"
-// (between collectives) instead of at a stream position.
+// (between collectives) instead of at a stream position: the faults above,
+// and Delay, which makes the I/O of its Dir wait until Delay from then.
+//
+// # Control connections
+//
+// Besides its data conn, a worker opens a control conn to the coordinator
+// through the same Dialer (and Listener). Its first frame, which the worker
+// writes, has tag 0x0C (Control) and the payload rank, size (u32 BE each);
+// the coordinator answers with one frame of tag 0x0C and the same payload
+// (the control Ack). After those two frames the conn carries a control
+// session (smux) in its own framing, not the spec's.
+//
+// A conn is a control conn when its first frame has tag 0x0C: the frame it
+// writes on a dialer's end, the frame it reads on a listener's end (which
+// then takes its link from that frame's rank, as from a Handshake's);
+// Conn.Control reports it. Until that tag is seen a conn counts as a data
+// conn, for stream positions and Fire alike. Before bytes of its frame
+// 0 pass, an accepted end reads ahead up to the tag (and up to the rank
+// when a fault for one link is placed there) whenever a fault not fired yet
+// is placed in that frame, so that it fires on the right conn at the right
+// byte; the peer then sees those bytes taken. A dialer's end takes the tag
+// from the bytes handed to Write; a Write that ends before the tag of the
+// first frame (its header split across Writes) fails when a control conn's
+// fault is placed in that frame, as a corrupted header split so does (star
+// writes each header whole).
+//
+// A Fault acts on data conns, or, with Control, on control conns only (of
+// its Rank and Link, as for data conns); existing scripts thus keep their
+// meaning when control conns come and go beside the data conns. WholeRank
+// faults act on every conn of their rank, data and control alike (a frozen
+// or crashed process loses both, and conns it opens or accepts later are
+// born dead too); Control picks the conn whose stream triggers them.
+//
+// Past its first frame each way (the Control frame and its Ack), a control
+// conn's bytes are not frames: faulty stops tracking the stream there, so
+// stream positions (Frame, Offset) name bytes of frame 0 only (a fault at
+// the very end of frame 0 fires at the next I/O; one placed in a later
+// frame never fires), and no corruption ever touches the session's bytes.
+// Otherwise a control conn passes its bytes through unchanged and has
+// every ability of the conn it wraps. On a control conn:
+//
+//   - Crash cuts the control conn only: it closes, and the peer's session
+//     reads EOF; the data conn is untouched.
+//   - Reset and SysTimeout: as on a data conn (ECONNRESET, ETIMEDOUT), the
+//     conn closes.
+//   - Hang drops the heartbeats: from then on nothing passes either way on
+//     the control conn (the session's reads and writes block until their
+//     deadline or Close, which unblocks them), while the data conn goes on.
+//   - Deadline fails the next I/O; Delay holds the bytes for Delay, then
+//     passes them: as on a data conn.
+//   - CorruptTag, LenTooLarge and LenTooSmall only mean something on frame
+//     0 (the Control frame, or its Ack): placed there, they corrupt its
+//     header; fired by Fire, they corrupt it if it has not passed yet (the
+//     coordinator's control Ack, once it has read the Control frame);
+//     placed in a later frame, or fired once frame 0 has passed, they never
+//     act.
+//
+// RefuseDial refuses the rank's next Dial, whichever conn it was for: a
+// Dialer cannot tell which conn a Dial opens.
 //
 // # Optional abilities
 //
@@ -44,7 +103,7 @@
 // WrapDialer and WrapListener return a *Conn, or a *PollConn (the wrapped
 // conn is a transport.Poller), a *CloseWriteConn (a transport.CloseWriter)
 // or a *PollCloseWriteConn (both), each embedding the *Conn; ConnOf finds
-// the *Conn of any of them (for Link).
+// the *Conn of any of them (for Link and Control).
 //
 // ReadNow and WriteNow go through the same fault machinery as Read and
 // Write, so that a script gives the same observable result however the

@@ -64,6 +64,19 @@ func (d Dir) String() string {
 // headerSize is the spec's LEN (4 bytes) + TAG (1 byte).
 const headerSize = 5
 
+// The tags of the first frames that name the worker's rank in their
+// payload's first 4 bytes: the Handshake of a data conn, and the Control
+// frame (and its Ack) of a control conn.
+const (
+	tagHandshake = 0x08
+	tagControl   = 0x0C
+)
+
+// rankEnd is the stream offset, in frame 0, just after the worker's rank.
+const rankEnd = headerSize + 4
+
+func isCorruption(k Kind) bool { return k == CorruptTag || k == LenTooLarge || k == LenTooSmall }
+
 // Fault is one scripted fault.
 type Fault struct {
 	Kind Kind
@@ -85,13 +98,23 @@ type Fault struct {
 	// them.
 	Manual bool
 	// WholeRank makes a Crash, Reset or Hang act on every end of Rank at
-	// once, as when the whole process dies or stops, not one link.
+	// once, data and control conns alike, as when the whole process dies
+	// or stops, not one link.
 	WholeRank bool
+	// Control makes the fault act on the control conn of (Rank, Link)
+	// instead of its data conn; see the package doc. With WholeRank it
+	// picks the conn whose stream triggers the fault, which then acts on
+	// every conn of Rank.
+	Control bool
 }
 
 // String describes the fault.
 func (f Fault) String() string {
-	return fmt.Sprintf("%v rank=%d link=%d %v frame=%d offset=%d", f.Kind, f.Rank, f.Link, f.Dir, f.Frame, f.Offset)
+	s := fmt.Sprintf("%v rank=%d link=%d %v frame=%d offset=%d", f.Kind, f.Rank, f.Link, f.Dir, f.Frame, f.Offset)
+	if f.Control {
+		s += " control"
+	}
+	return s
 }
 
 // Script is the set of faults of one run. It is safe for concurrent use.
@@ -129,15 +152,16 @@ func (s *Script) Fired() int {
 	return n
 }
 
-// take returns, among the unfired faults of this end and direction that
-// match, the one earliest in the stream (fired is left to the caller).
-func (s *Script) take(rank, link int, dir Dir, match func(f *armed) (pos int, ok bool)) *armed {
+// take returns, among the unfired faults of this end (a control conn or
+// not) and direction that match, the one earliest in the stream (fired is
+// left to the caller).
+func (s *Script) take(rank, link int, control bool, dir Dir, match func(f *armed) (pos int, ok bool)) *armed {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var best *armed
 	bestPos := 0
 	for _, f := range s.faults {
-		if f.fired || f.Manual || f.Rank != rank || (f.Link != -1 && f.Link != link) || f.Dir != dir || f.Kind == RefuseDial {
+		if f.fired || f.Manual || f.Rank != rank || (f.Link != -1 && f.Link != link) || f.Control != control || f.Dir != dir || f.Kind == RefuseDial {
 			continue
 		}
 		if pos, ok := match(f); ok && (best == nil || pos < bestPos) {
@@ -148,9 +172,12 @@ func (s *Script) take(rank, link int, dir Dir, match func(f *armed) (pos int, ok
 }
 
 // Fire triggers every Manual fault of rank now, on each of its ends that
-// matches: Crash closes, Reset resets, Hang hangs; Deadline fails the next
-// I/O; corruptions corrupt the next frame sent (Dir Write) or received
-// (Dir Read).
+// matches (its data conns, or with Control its control conns, or with
+// WholeRank all of them): Crash closes, Reset resets, SysTimeout times
+// out, Hang hangs; Deadline fails the next I/O; Delay makes the I/O of
+// Dir wait until Delay from now; corruptions corrupt the next frame sent
+// (Dir Write) or received (Dir Read), which on a control conn past its
+// first frames never comes.
 func (s *Script) Fire(rank int) {
 	s.mu.Lock()
 	var todo []func()
@@ -166,8 +193,12 @@ func (s *Script) Fire(rank int) {
 			s.dead[f.Rank] = f.Fault
 		}
 		for _, c := range s.conns {
-			if c.rank == rank && (f.WholeRank || f.Link == -1 || f.Link == c.Link()) {
-				todo = append(todo, func() { c.fireNow(f.Fault) })
+			if c.rank != rank {
+				continue
+			}
+			link, control := c.linkKind()
+			if f.WholeRank || (f.Control == control && (f.Link == -1 || f.Link == link)) {
+				todo = append(todo, func() { c.fireNow(f.Fault); c.delayNow(f.Fault) })
 			}
 		}
 	}
@@ -195,13 +226,14 @@ func (s *Script) WrapDialer(d transport.Dialer, rank int) transport.Dialer {
 		if err != nil {
 			return nil, err
 		}
-		return s.wrap(c, rank, 0), nil
+		return s.wrap(c, rank, 0, false), nil
 	})
 }
 
 // WrapListener returns a Listener for the coordinator (rank 0) whose
 // accepted conns carry the script's faults for rank 0. An accepted conn
-// learns its link (the worker's rank) from the Handshake it reads.
+// learns its link (the worker's rank) from the Handshake, or the Control
+// frame, it reads.
 func (s *Script) WrapListener(l transport.Listener) transport.Listener {
 	return &listener{Listener: l, s: s}
 }
@@ -216,12 +248,13 @@ func (l *listener) Accept() (transport.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return l.s.wrap(c, 0, -1), nil
+	return l.s.wrap(c, 0, -1, true), nil
 }
 
-// wrap wraps c as an end of rank, with the abilities c has (see Conn).
-func (s *Script) wrap(c transport.Conn, rank, link int) transport.Conn {
-	fc := &Conn{inner: c, s: s, rank: rank, link: link, changed: make(chan struct{}), closed: make(chan struct{})}
+// wrap wraps c as an end of rank, with the abilities c has (see Conn);
+// accepted tells a listener's end from a dialer's.
+func (s *Script) wrap(c transport.Conn, rank, link int, accepted bool) transport.Conn {
+	fc := &Conn{inner: c, s: s, rank: rank, link: link, accepted: accepted, changed: make(chan struct{}), closed: make(chan struct{})}
 	fc.poller, _ = c.(transport.Poller)
 	fc.cw, _ = c.(transport.CloseWriter)
 	s.mu.Lock()
@@ -270,9 +303,14 @@ type Conn struct {
 	cw     transport.CloseWriter // inner's, or nil
 	s      *Script
 	rank   int
+	// accepted: a listener's end, which learns its kind from the first
+	// frame it reads; a dialer's end learns it from the first frame it
+	// writes.
+	accepted bool
 
 	mu        sync.Mutex
-	link      int // -1 until the handshake is seen (coordinator side)
+	link      int      // -1 until the handshake is seen (coordinator side)
+	kind      connKind // unknown until the first frame's tag is seen
 	hung      bool
 	broken    error // sticky error after Crash, Reset or SysTimeout
 	once      error // error for the next I/O (Deadline)
@@ -296,6 +334,13 @@ type Conn struct {
 	delay   [2]time.Time
 	hs      [4]byte // the rank in a Handshake being read, until complete
 	pending []byte  // read bytes held back (a header, or data that came in as the end hung)
+	// look holds bytes of an accepted end's frame 0 read ahead from the
+	// inner conn, not yet counted in pos, to learn the conn's kind (and
+	// link) before a fault placed there may fire; reads take them first.
+	// peeked is set once reading ahead is over for good (the stream
+	// ended before it was done).
+	look   []byte
+	peeked bool
 	// hbuf holds the header being read while a corruption may apply: hhave
 	// bytes of it have come from the inner conn, not yet handed out nor
 	// counted in pos (the reading side only).
@@ -308,6 +353,16 @@ type Conn struct {
 	lieFrame int
 	lieSet   bool
 }
+
+// connKind is what a conn carries: star's frames (a data conn) or, after
+// its first frame each way, a control session.
+type connKind int
+
+const (
+	kindUnknown connKind = iota // no first frame seen yet: counts as data
+	kindData
+	kindControl
+)
 
 // PollConn is a *Conn over a conn that is a transport.Poller, which it is
 // too: ReadNow and WriteNow go through the same faults as Read and Write.
@@ -405,6 +460,44 @@ func (c *Conn) Link() int {
 	return c.link
 }
 
+// Control reports whether the conn is known to be a control conn: its
+// first frame (written on a dialer's end, read on a listener's end) had
+// the Control tag, 0x0C.
+func (c *Conn) Control() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.kind == kindControl
+}
+
+// linkKind returns the link and whether the conn is a control conn.
+func (c *Conn) linkKind() (link int, control bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.link, c.kind == kindControl
+}
+
+// untrackedLocked reports whether dir's bytes are no longer star's frames:
+// on a control conn, everything after the first frame. c.mu is held.
+func (c *Conn) untrackedLocked(dir Dir) bool {
+	return c.kind == kindControl && c.pos[dir].frame >= 1
+}
+
+// decidesKind reports whether the first frame of dir tells the conn's
+// kind: the frame written on a dialer's end, read on a listener's.
+func (c *Conn) decidesKind(dir Dir) bool { return (dir == Read) == c.accepted }
+
+// setKindLocked records the kind the tag of the first frame of dir tells,
+// if dir decides it and it is not known yet. c.mu is held.
+func (c *Conn) setKindLocked(dir Dir, tag byte) {
+	if c.kind != kindUnknown || !c.decidesKind(dir) {
+		return
+	}
+	c.kind = kindData
+	if tag == tagControl {
+		c.kind = kindControl
+	}
+}
+
 func (c *Conn) fireNow(f Fault) {
 	switch f.Kind {
 	case Crash:
@@ -426,6 +519,19 @@ func (c *Conn) fireNow(f Fault) {
 		c.corrupt[f.Dir] = append(c.corrupt[f.Dir], f)
 		c.mu.Unlock()
 	}
+}
+
+// delayNow starts a Delay fired by Script.Fire: the I/O of f.Dir waits
+// until f.Delay from now. (A Delay that a stream position triggers acts
+// in act; one whole-rank fault spreading to other ends does not delay
+// them.)
+func (c *Conn) delayNow(f Fault) {
+	if f.Kind != Delay {
+		return
+	}
+	c.mu.Lock()
+	c.delay[f.Dir] = time.Now().Add(f.Delay)
+	c.mu.Unlock()
 }
 
 func resetErr() error {
@@ -455,19 +561,23 @@ func (c *Conn) breakWith(err error) {
 // further on just bounds this I/O so that the next one starts at it. A
 // fault at the very end of a frame is the same as one at the start of the
 // next.
+//
+// On a control conn past its first frame the position stays at the start
+// of frame 1: only a fault at the very end of frame 0 can still fire
+// there (at the next I/O); nothing later is a frame.
 func (c *Conn) trigger(dir Dir, n int) (*armed, int) {
 	c.mu.Lock()
 	st := c.pos[dir]
-	link := c.link
+	link, control := c.link, c.kind == kindControl
+	untracked := c.untrackedLocked(dir)
 	c.mu.Unlock()
-	f := c.s.take(c.rank, link, dir, func(f *armed) (int, bool) {
-		switch f.Kind {
-		case CorruptTag, LenTooLarge, LenTooSmall:
+	f := c.s.take(c.rank, link, control, dir, func(f *armed) (int, bool) {
+		if isCorruption(f.Kind) {
 			return 0, false // applied to the header as it passes
 		}
 		offset := f.Offset
 		switch {
-		case f.Frame == st.frame:
+		case f.Frame == st.frame && !untracked:
 		case f.Frame == st.frame-1 && st.offset == 0 && f.Offset == st.prev:
 			offset = 0 // the end of the previous frame
 		default:
@@ -494,11 +604,13 @@ func (c *Conn) trigger(dir Dir, n int) (*armed, int) {
 }
 
 // advance moves dir's position over p (bytes that passed).
+// On a control conn it stops at the end of the first frame: what follows
+// is not star's frames.
 func (c *Conn) advance(dir Dir, p []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := &c.pos[dir]
-	for len(p) > 0 {
+	for len(p) > 0 && !c.untrackedLocked(dir) {
 		if st.offset < headerSize {
 			k := min(len(p), headerSize-st.offset)
 			copy(st.hdr[st.offset:], p[:k])
@@ -507,11 +619,15 @@ func (c *Conn) advance(dir Dir, p []byte) {
 			if st.offset >= 4 && st.size == 0 {
 				st.size = 4 + int(binary.BigEndian.Uint32(st.hdr[:4]))
 			}
+			if st.offset == headerSize && st.frame == 0 {
+				c.setKindLocked(dir, st.hdr[4])
+			}
 		} else {
 			k := min(len(p), st.size-st.offset)
-			if dir == Read && c.link == -1 && st.frame == 0 && st.hdr[4] == 0x08 && st.offset < headerSize+4 {
+			if dir == Read && c.link == -1 && st.frame == 0 && namesRank(st.hdr[4]) && st.offset < rankEnd {
 				// The worker's rank: the first 4 payload bytes of its
-				// Handshake, however the reads split them.
+				// Handshake or Control frame, however the reads split
+				// them.
 				at := st.offset - headerSize
 				m := copy(c.hs[at:], p[:k])
 				if at+m == 4 {
@@ -528,6 +644,10 @@ func (c *Conn) advance(dir Dir, p []byte) {
 		}
 	}
 }
+
+// namesRank reports whether a first frame with tag carries the worker's
+// rank in its payload's first 4 bytes.
+func namesRank(tag byte) bool { return tag == tagHandshake || tag == tagControl }
 
 // wait blocks, as a hung end does, until the deadline for dir passes or the
 // conn closes.
@@ -704,7 +824,7 @@ func notYet(n int, err error) (int, error) {
 func (c *Conn) corruption(dir Dir) *Fault {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.corrupt[dir]) > 0 {
+	if len(c.corrupt[dir]) > 0 && !c.untrackedLocked(dir) {
 		f := c.corrupt[dir][0]
 		c.corrupt[dir] = c.corrupt[dir][1:]
 		return &f
@@ -737,14 +857,14 @@ func (c *Conn) headerFault(dir Dir, frame int) *Fault {
 		return f
 	}
 	c.mu.Lock()
-	link := c.link
+	link, control := c.link, c.kind == kindControl
+	untracked := c.untrackedLocked(dir)
 	c.mu.Unlock()
-	a := c.s.take(c.rank, link, dir, func(f *armed) (int, bool) {
-		switch f.Kind {
-		case CorruptTag, LenTooLarge, LenTooSmall:
-			return 0, f.Frame == frame
-		}
-		return 0, false
+	if untracked {
+		return nil
+	}
+	a := c.s.take(c.rank, link, control, dir, func(f *armed) (int, bool) {
+		return 0, isCorruption(f.Kind) && f.Frame == frame
 	})
 	if a == nil {
 		return nil
@@ -782,8 +902,9 @@ func (c *Conn) ioErr(err error) error {
 func (c *Conn) writeHeaderFault() *Fault {
 	c.mu.Lock()
 	off, frame := c.pos[Write].offset, c.pos[Write].frame
+	untracked := c.untrackedLocked(Write)
 	c.mu.Unlock()
-	if off != 0 {
+	if off != 0 || untracked {
 		return nil
 	}
 	return c.headerFault(Write, frame)
@@ -807,7 +928,7 @@ func (c *Conn) headerLie(n int) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.pos[Write]
-	if !c.lieSet || c.lieFrame != st.frame || st.offset >= headerSize {
+	if !c.lieSet || c.lieFrame != st.frame || st.offset >= headerSize || c.untrackedLocked(Write) {
 		return nil
 	}
 	return c.lie[st.offset:min(headerSize, st.offset+n)]
@@ -821,6 +942,9 @@ func (c *Conn) write(p []byte, poll bool) (int, error) {
 	for len(p) > 0 {
 		if err := c.state(Write, poll); err != nil {
 			return notYet(written, err)
+		}
+		if err := c.classifyWrite(p); err != nil {
+			return written, err
 		}
 		if f := c.writeHeaderFault(); f != nil {
 			if len(p) < headerSize {
@@ -866,11 +990,44 @@ func (c *Conn) write(p []byte, poll bool) (int, error) {
 	return written, nil
 }
 
+// classifyWrite learns, on a dialer's end whose kind is not known yet, the
+// kind from the tag of the first frame, which p (the next bytes written)
+// reaches, before any fault placed in that frame is looked up. A header
+// split across Writes before its tag leaves the kind unknown (a data
+// conn, for the faults); that fails the Write when a control conn's fault
+// placed in frame 0 could be missed so.
+func (c *Conn) classifyWrite(p []byte) error {
+	c.mu.Lock()
+	st := c.pos[Write]
+	unknown := c.kind == kindUnknown && c.decidesKind(Write) && st.frame == 0 && st.offset < headerSize
+	if unknown && st.offset+len(p) >= headerSize {
+		c.setKindLocked(Write, p[headerSize-1-st.offset])
+		unknown = false
+	}
+	link := c.link
+	c.mu.Unlock()
+	if !unknown {
+		return nil
+	}
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	for _, f := range c.s.faults {
+		if !f.fired && !f.Manual && f.Control && f.Rank == c.rank && (f.Link == -1 || f.Link == link) &&
+			f.Dir == Write && f.Frame == 0 && f.Kind != RefuseDial {
+			return fmt.Errorf("faulty: cannot tell a control conn from a data conn: the first frame header is split across writes before its tag (%d bytes)", len(p))
+		}
+	}
+	return nil
+}
+
 // untilFrameEnd bounds an I/O to the end of the current frame (or its
 // header) so that faults in the next frame are seen before it starts.
 func (c *Conn) untilFrameEnd(dir Dir, n int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.untrackedLocked(dir) {
+		return n
+	}
 	st := c.pos[dir]
 	if st.offset < headerSize {
 		return min(n, headerSize-st.offset)
@@ -883,12 +1040,116 @@ func (c *Conn) untilFrameEnd(dir Dir, n int) int {
 // out, so a corruption armed while the Read waited still applies.
 func (c *Conn) Read(p []byte) (int, error) { return c.read(p, false) }
 
-// innerRead reads into b from the wrapped conn, with ReadNow when poll.
+// innerRead reads into b from the wrapped conn, with ReadNow when poll,
+// or from the bytes read ahead (look) while there are any.
 func (c *Conn) innerRead(b []byte, poll bool) (int, error) {
+	if n := c.fromLook(b); n > 0 {
+		return n, nil
+	}
 	if poll {
 		return c.poller.ReadNow(b)
 	}
 	return c.inner.Read(b)
+}
+
+// fromLook moves bytes read ahead into b.
+func (c *Conn) fromLook(b []byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := copy(b, c.look)
+	c.look = c.look[n:]
+	if len(c.look) == 0 {
+		c.look = nil
+	}
+	return n
+}
+
+// lookWanted reports, for an accepted end at the start of its frame 0,
+// whether to read ahead to learn its kind (kind) and its link (link)
+// before bytes pass: a fault not fired yet, placed in frame 0 of what it
+// reads, could fire before the tag (or the rank) would tell.
+func (c *Conn) lookWanted() (kind, link bool) {
+	c.mu.Lock()
+	st := c.pos[Read]
+	ok := c.accepted && !c.peeked && st.frame == 0 && st.offset < rankEnd
+	needKind := c.kind == kindUnknown && st.offset < headerSize
+	needLink := c.link == -1
+	c.mu.Unlock()
+	if !ok || (!needKind && !needLink) {
+		return false, false
+	}
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	for _, f := range c.s.faults {
+		if f.fired || f.Manual || f.Rank != c.rank || f.Dir != Read || f.Frame != 0 || f.Kind == RefuseDial {
+			continue
+		}
+		corrupt := isCorruption(f.Kind)
+		if needKind && (corrupt || f.Offset < headerSize) {
+			kind = true
+		}
+		if needLink && f.Link != -1 && (corrupt || f.Offset < rankEnd) {
+			link = true
+		}
+	}
+	return kind, link
+}
+
+// readAhead reads ahead into c.look the bytes of frame 0 up to its tag
+// and, when wantLink, the worker's rank after it (if the frame names one),
+// and records the kind and link they tell. It reports whether it is done;
+// polled, it returns false and nil while the bytes have not all arrived.
+// A stream that ends first ends reading ahead: the bytes read ahead are
+// handed out, then the end of the stream.
+func (c *Conn) readAhead(wantLink, poll bool) (bool, error) {
+	for {
+		c.mu.Lock()
+		st := c.pos[Read]
+		// The bytes of frame 0 so far: passed (st.hdr, then c.hs for
+		// the rank) and read ahead.
+		seen := append([]byte(nil), st.hdr[:min(st.offset, headerSize)]...)
+		if st.offset > headerSize {
+			seen = append(seen, c.hs[:st.offset-headerSize]...)
+		}
+		seen = append(seen, c.look...)
+		target := headerSize
+		if len(seen) >= headerSize {
+			c.setKindLocked(Read, seen[headerSize-1])
+			if wantLink && c.link == -1 && namesRank(seen[4]) && binary.BigEndian.Uint32(seen[:4]) >= 5 {
+				target = rankEnd
+				if len(seen) >= rankEnd {
+					c.link = int(binary.BigEndian.Uint32(seen[headerSize:rankEnd]))
+				}
+			}
+		}
+		c.mu.Unlock()
+		if len(seen) >= target {
+			return true, nil
+		}
+		buf := make([]byte, target-len(seen))
+		var n int
+		var err error
+		if poll {
+			n, err = c.poller.ReadNow(buf)
+		} else {
+			n, err = io.ReadFull(c.inner, buf)
+		}
+		c.mu.Lock()
+		c.look = append(c.look, buf[:n]...)
+		c.mu.Unlock()
+		switch {
+		case n == len(buf):
+			continue
+		case err == nil:
+			return false, nil // polled: the rest has not arrived
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			c.mu.Lock()
+			c.peeked = true
+			c.mu.Unlock()
+			return true, nil
+		}
+		return false, c.ioErr(err)
+	}
 }
 
 // readDeadlinePassed reports whether the read deadline has passed.
@@ -909,7 +1170,7 @@ func (c *Conn) read(p []byte, poll bool) (int, error) {
 		return notYet(0, err)
 	}
 	c.mu.Lock()
-	held := len(c.pending) > 0 || c.hhave > 0
+	held := len(c.pending) > 0 || c.hhave > 0 || len(c.look) > 0
 	c.mu.Unlock()
 	if poll && held && c.readDeadlinePassed() {
 		// The wrapped conn's ReadNow would fail so; bytes faulty holds
@@ -924,10 +1185,20 @@ func (c *Conn) read(p []byte, poll bool) (int, error) {
 		return n, nil
 	}
 	inHeader := c.hhave > 0
-	atHeader := c.pos[Read].offset == 0
+	atHeader := c.pos[Read].offset == 0 && !c.untrackedLocked(Read)
 	c.mu.Unlock()
 	if inHeader {
 		return c.readHeader(p, poll)
+	}
+	if kind, link := c.lookWanted(); kind || link {
+		done, err := c.readAhead(link, poll)
+		if err != nil || !done {
+			return notYet(0, err)
+		}
+		c.mu.Lock()
+		c.peeked = true
+		c.mu.Unlock()
+		return c.read(p, poll)
 	}
 	a, before := c.trigger(Read, len(p))
 	if a != nil && before == 0 {
@@ -967,12 +1238,16 @@ func (c *Conn) readHeader(p []byte, poll bool) (int, error) {
 	c.mu.Lock()
 	rest := h[c.hhave:]
 	c.mu.Unlock()
-	var n int
+	n := c.fromLook(rest)
 	var err error
-	if poll {
-		n, err = c.poller.ReadNow(rest)
-	} else {
-		n, err = io.ReadFull(c.inner, rest)
+	if n < len(rest) {
+		var m int
+		if poll {
+			m, err = c.poller.ReadNow(rest[n:])
+		} else {
+			m, err = io.ReadFull(c.inner, rest[n:])
+		}
+		n += m
 	}
 	c.mu.Lock()
 	c.hhave += n
@@ -1008,18 +1283,21 @@ func (c *Conn) readHeader(p []byte, poll bool) (int, error) {
 func (c *Conn) mayCorrupt(dir Dir) bool {
 	c.mu.Lock()
 	armed := len(c.corrupt[dir]) > 0
+	untracked := c.untrackedLocked(dir)
+	kind := c.kind
 	c.mu.Unlock()
+	if untracked {
+		return false // never on a control session's bytes
+	}
 	if armed {
 		return true
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	for _, f := range c.s.faults {
-		switch f.Kind {
-		case CorruptTag, LenTooLarge, LenTooSmall:
-			if !f.fired && f.Rank == c.rank && f.Dir == dir {
-				return true
-			}
+		if isCorruption(f.Kind) && !f.fired && f.Rank == c.rank && f.Dir == dir &&
+			(kind == kindUnknown || f.Control == (kind == kindControl)) {
+			return true
 		}
 	}
 	return false

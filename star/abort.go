@@ -48,6 +48,9 @@ var causes = map[string]error{
 	"deadline":       context.DeadlineExceeded,
 	"closed":         errClosedRemote,
 	"refused":        errRefusedRemote,
+	"running":        errRunningRemote,
+	"unresponsive":   remoteUnresponsive{},
+	"desync":         ErrDesync,
 }
 
 // errClosedRemote stands for a rank that closed its communicator during a
@@ -56,6 +59,12 @@ var errClosedRemote = errors.New("star: a rank closed its communicator during th
 
 // errRefusedRemote marks an Abort that refuses a handshake.
 var errRefusedRemote = errors.New("star: handshake refused")
+
+// errRunningRemote marks an Abort that refuses a handshake because the
+// coordinator's start-up is over: its job is running, and the worker
+// belongs to another (the next job on the same port, started while this
+// one ends). The worker tries again, within its ConnectTimeout.
+var errRunningRemote = errors.New("star: the coordinator's job is already running")
 
 // remoteTimeout stands for a timeout seen by another rank. It matches
 // os.ErrDeadlineExceeded (and any error whose Timeout method reports true)
@@ -68,9 +77,17 @@ func (remoteTimeout) Is(target error) bool { return isTimeoutTarget(target) }
 
 // causeName classifies err for an Abort frame ("" when unknown).
 func causeName(err error) string {
+	var ur *UnresponsiveError
+	var ru remoteUnresponsive
 	switch {
+	case errors.As(err, &ur) || errors.As(err, &ru):
+		return "unresponsive"
+	case errors.Is(err, ErrDesync):
+		return "desync"
 	case errors.Is(err, errRefusedRemote):
 		return "refused"
+	case errors.Is(err, errRunningRemote):
+		return "running"
 	case errors.Is(err, errClosed) || errors.Is(err, errClosedRemote):
 		return "closed"
 	case errors.Is(err, context.Canceled):

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xtaci/smux"
+
 	"github.com/starcomm/starcomm/transport"
 )
 
@@ -48,6 +50,23 @@ type admission struct {
 	holding  int  // hold goroutines running
 	sealing  bool // every worker has registered; the holds are stopping
 	refusals []string
+	// After start-up (see serve): which ranks have a control session, or
+	// one being set up, and what to do with a new one.
+	serving  bool
+	controls []bool
+	attach   func(rank int, ctl *controlConn)
+	log      func(msg string, args ...any)
+
+	closeOnce sync.Once // closes the listener
+}
+
+// controlConn is a control connection the coordinator has set up, for the
+// coordinator to attach to its link.
+type controlConn struct {
+	conn transport.Conn
+	sess *smux.Session
+	hb   *smux.Stream
+	msgs *smux.Stream
 }
 
 // slot is a registered worker.
@@ -63,38 +82,57 @@ type event struct {
 	link  *link
 	rank  uint32 // evHello: the Handshake's rank; evHeld: the slot's rank
 	size  uint32
-	reply chan string // evHello: "" (registered) or the refusal's reason
-	text  string      // evBad: why the handshake failed
-	n     int         // evHeld: bytes the hold read
-	err   error       // evHeld: the hold read's error
+	reply chan refusal // evHello, evControl: the zero refusal (registered, approved) or why not
+	text  string       // evBad: why the handshake failed
+	n     int          // evHeld: bytes the hold read
+	err   error        // evHeld: the hold read's error
+}
+
+// refusal is run's answer to a Handshake or Control frame: why it is
+// refused ("" when it is not), and the cause class its Abort carries.
+type refusal struct {
+	reason string
+	cause  error
 }
 
 type eventKind uint8
 
 const (
-	evHello eventKind = iota // a valid Handshake frame arrived
-	evBad                    // a handshake failed (garbage, silence, EOF)
-	evHeld                   // a hold read returned
+	evHello       eventKind = iota // a valid Handshake frame arrived
+	evBad                          // a handshake failed (garbage, silence, EOF)
+	evHeld                         // a hold read returned
+	evControl                      // a Control frame arrived
+	evControlLost                  // an approved control connection failed to set up
 )
 
 // admit runs the coordinator's start-up and returns the links of workers
-// 1..size-1, indexed by rank (links[0] is nil), each Acked.
-func admit(ctx context.Context, cfg Config) ([]*link, error) {
+// 1..size-1, indexed by rank (links[0] is nil), each Acked, and the
+// admission, which the coordinator serves on (see serve) or stops.
+func admit(ctx context.Context, cfg Config) (*admission, []*link, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	a := &admission{cfg: cfg, deadline: deadline, events: make(chan event), done: make(chan struct{}),
-		open: map[transport.Conn]bool{}, slots: make([]*slot, cfg.Size)}
+		open: map[transport.Conn]bool{}, slots: make([]*slot, cfg.Size), controls: make([]bool, cfg.Size)}
 	a.wg.Add(1)
 	go a.acceptLoop()
 	err := a.run(ctx)
-	a.stop()
 	if err == nil {
+		a.stopHolds()
+		// Connections still in their handshake hold no rank and are no
+		// control connections (those come after the Ack): they are
+		// dropped now, as start-up ends.
+		a.mu.Lock()
+		for c := range a.open {
+			_ = c.Close()
+		}
+		a.mu.Unlock()
 		err = a.ack()
 	}
 	if err != nil {
+		a.stop()
 		a.abortJoined(err)
-		return nil, err
+		return nil, nil, err
 	}
 	links := make([]*link, cfg.Size)
 	for r, s := range a.slots {
@@ -105,7 +143,59 @@ func admit(ctx context.Context, cfg Config) ([]*link, error) {
 			links[r] = l
 		}
 	}
-	return links, nil
+	return a, links, nil
+}
+
+// serve keeps the listener after start-up, for the workers' control
+// connections (see control.go): each is approved once per registered rank
+// and handed to attach. Any other connection is refused with a reason.
+//
+// The listener closes as soon as every worker's control connection is
+// approved (before the last one is answered, so that once a worker has its
+// session, nothing listens on the port any more: a worker of the next job
+// on the same port never reaches this one), or once ConnectTimeout has
+// passed since start-up (a worker that opens none, like a spec-only one,
+// keeps it open no longer), or at stop, whichever comes first. Requests
+// already accepted are served to the end.
+func (a *admission) serve(attach func(rank int, ctl *controlConn), log func(msg string, args ...any)) {
+	a.mu.Lock()
+	a.attach, a.log = attach, log
+	a.mu.Unlock()
+	window := time.NewTimer(a.cfg.ConnectTimeout)
+	a.wg.Go(func() {
+		defer window.Stop()
+		a.serving = true
+		for {
+			select {
+			case ev := <-a.events:
+				a.handle(ev)
+				if a.allControls() {
+					a.closeListener()
+				}
+			case <-window.C:
+				a.closeListener()
+			case <-a.done:
+				return
+			}
+		}
+	})
+}
+
+// allControls reports whether every worker's control connection has been
+// approved. Owned by run (or serve).
+func (a *admission) allControls() bool {
+	for r := 1; r < a.cfg.Size; r++ {
+		if !a.controls[r] {
+			return false
+		}
+	}
+	return true
+}
+
+// closeListener stops accepting connections: the accept loop ends, and
+// the handshakes it started go on. It is idempotent.
+func (a *admission) closeListener() {
+	a.closeOnce.Do(func() { _ = a.cfg.Listener.Close() })
 }
 
 // run decides, until every worker has registered and stayed, or ctx ends.
@@ -147,12 +237,41 @@ func (a *admission) run(ctx context.Context) error {
 func (a *admission) handle(ev event) {
 	switch ev.kind {
 	case evBad:
-		a.refusals = append(a.refusals, ev.text)
+		a.refused(ev.text)
+	case evControl:
+		reason := ""
+		r := int(ev.rank)
+		switch {
+		case !a.serving:
+			reason = "start-up is not complete: a control connection comes after the Ack"
+		case ev.size != uint32(a.cfg.Size):
+			reason = fmt.Sprintf("size mismatch: control connection of rank %d says size %d, coordinator has size %d", ev.rank, ev.size, a.cfg.Size)
+		case ev.rank == 0 || ev.rank >= uint32(a.cfg.Size):
+			reason = fmt.Sprintf("rank %d out of range 1..%d", ev.rank, a.cfg.Size-1)
+		case a.controls[r]:
+			reason = fmt.Sprintf("rank %d already has a control session", ev.rank)
+		default:
+			a.controls[r] = true
+		}
+		if reason != "" {
+			a.refused(reason)
+		}
+		ev.reply <- refusal{reason: reason, cause: errRefusedRemote}
+	case evControlLost:
+		a.controls[ev.rank] = false
 	case evHello:
+		if a.serving {
+			// Most likely a worker of the next job on this port, while
+			// this one still runs: it tries again.
+			reason := fmt.Sprintf("start-up is complete: this coordinator's job of %d ranks is running (a worker of another job on the same port?)", a.cfg.Size)
+			a.refused(reason)
+			ev.reply <- refusal{reason: reason, cause: errRunningRemote}
+			return
+		}
 		reason := checkHandshake(ev.rank, ev.size, a.cfg.Size, func(r int) bool { return a.slots[r] != nil })
 		if reason != "" {
-			a.refusals = append(a.refusals, reason)
-			ev.reply <- reason
+			a.refused(reason)
+			ev.reply <- refusal{reason: reason, cause: errRefusedRemote}
 			return
 		}
 		s := &slot{rank: int(ev.rank), link: ev.link}
@@ -162,7 +281,7 @@ func (a *admission) handle(ev event) {
 		a.mu.Unlock()
 		a.slots[s.rank] = s
 		a.joined++
-		ev.reply <- ""
+		ev.reply <- refusal{}
 		a.hold(s)
 		if testHook != nil {
 			testHook(s.rank, hookRegistered)
@@ -188,6 +307,17 @@ func (a *admission) handle(ev event) {
 		a.joined--
 		_ = s.link.conn.Close()
 	}
+}
+
+// refused records a refusal (after start-up, it is logged).
+func (a *admission) refused(reason string) {
+	if a.serving {
+		if a.log != nil {
+			a.log("refused a connection after start-up", "reason", reason)
+		}
+		return
+	}
+	a.refusals = append(a.refusals, reason)
 }
 
 // hold starts watching a registered connection until run stops it (at
@@ -241,14 +371,22 @@ func (a *admission) acceptLoop() {
 	}
 }
 
-// handshake reads one connection's Handshake and has run register it.
+// handshake reads one connection's first frame: a Handshake, which run
+// registers, or, after start-up, a Control frame, which run approves and
+// this goroutine then sets up and hands to attach.
 func (a *admission) handshake(conn transport.Conn) {
 	defer a.wg.Done()
 	l := newLink(-1, conn, a.cfg.HandshakeTimeout)
-	// The whole Handshake frame within HandshakeTimeout.
+	// The whole first frame within HandshakeTimeout.
 	l.until = time.Now().Add(a.cfg.HandshakeTimeout)
 	var payload [handshakeLen]byte
-	if err := l.readFrame(TagHandshake, payload[:]); err != nil {
+	err := l.readFrame(TagHandshake, payload[:])
+	var te *tagError
+	control := errors.As(err, &te) && te.got == TagControl && te.n == controlLen
+	if control {
+		err = l.readFull(payload[:])
+	}
+	if err != nil {
 		reason := fmt.Sprintf("bad handshake: %v", err)
 		if a.report(event{kind: evBad, text: reason}) {
 			a.refuse(l, reason)
@@ -256,38 +394,94 @@ func (a *admission) handshake(conn transport.Conn) {
 		return
 	}
 	rank, size, _ := ParseHandshake(payload[:])
-	reply := make(chan string, 1)
-	if !a.report(event{kind: evHello, link: l, rank: rank, size: size, reply: reply}) {
+	kind := evHello
+	if control {
+		kind = evControl
+	}
+	reply := make(chan refusal, 1)
+	if !a.report(event{kind: kind, link: l, rank: rank, size: size, reply: reply}) {
 		return
 	}
-	if reason := <-reply; reason != "" {
-		a.refuse(l, reason)
+	if r := <-reply; r.reason != "" {
+		a.refuseWith(l, r.reason, r.cause)
+		return
 	}
+	if control {
+		a.setUpControl(l, int(rank))
+	}
+}
+
+// setUpControl answers an approved Control frame, runs the smux session
+// and hands it to attach.
+func (a *admission) setUpControl(l *link, rank int) {
+	sess, hb, msgs, err := acceptControl(l, rank, a.cfg.Size, time.Now().Add(a.cfg.HandshakeTimeout))
+	a.mu.Lock()
+	delete(a.open, l.conn)
+	attach, over := a.attach, a.over
+	a.mu.Unlock()
+	if err != nil || over {
+		_ = l.conn.Close()
+		if sess != nil {
+			_ = sess.Close()
+		}
+		a.report(event{kind: evControlLost, rank: uint32(rank)})
+		return
+	}
+	attach(rank, &controlConn{conn: l.conn, sess: sess, hb: hb, msgs: msgs})
 }
 
 // refuse answers a connection that takes no rank with an Abort saying why,
 // and closes it.
 func (a *admission) refuse(l *link, reason string) {
+	a.refuseWith(l, reason, errRefusedRemote)
+}
+
+// refuseWith is refuse with the Abort's cause class.
+func (a *admission) refuseWith(l *link, reason string, cause error) {
 	until := time.Now().Add(a.cfg.ShutdownTimeout)
 	l.wdirty = false
 	l.startDrain(until)
-	_ = l.sendFinal(TagAbort, abortPayload(-1, OpStartup, errRefusedRemote, reason), until)
+	_ = l.sendFinal(TagAbort, abortPayload(-1, OpStartup, cause, reason), until)
 	l.finish()
 	a.mu.Lock()
 	delete(a.open, l.conn)
 	a.mu.Unlock()
 }
 
-// stop ends every goroutine of the start-up but the registered
-// connections: no more accepts, and connections that hold no rank close.
+// stopHolds ends the hold goroutines once start-up is decided.
+func (a *admission) stopHolds() {
+	for _, s := range a.slots {
+		if s != nil && s.holding {
+			_ = s.link.conn.SetReadDeadline(past)
+		}
+	}
+	for a.holding > 0 {
+		ev := <-a.events
+		if ev.kind == evHeld {
+			a.slots[ev.rank].holding = false
+			a.holding--
+			continue
+		}
+		a.handle(ev)
+	}
+}
+
+// stop ends every goroutine of the admission but the registered
+// connections and the control sessions handed over: no more accepts, and
+// connections that hold no rank close. It is idempotent.
 func (a *admission) stop() {
 	a.mu.Lock()
+	if a.over {
+		a.mu.Unlock()
+		a.wg.Wait()
+		return
+	}
 	a.over = true
 	for c := range a.open {
 		_ = c.Close()
 	}
 	a.mu.Unlock()
-	_ = a.cfg.Listener.Close()
+	a.closeListener()
 	close(a.done)
 	for _, s := range a.slots {
 		if s != nil && s.holding {

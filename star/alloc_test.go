@@ -3,25 +3,39 @@ package star_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/star"
 	"github.com/starcomm/starcomm/testkit"
 )
 
 // TestSteadyStateAllocations checks that, after warm-up, allgatherv,
 // allreduce, broadcast and barrier allocate nothing per operation, on any
-// rank. It runs over TCP because net.Pipe allocates a timer for every
-// deadline it sets.
+// rank, with the control session off and on. It runs over TCP because
+// net.Pipe allocates a timer for every deadline it sets. With the control
+// session on, the liveness timeout is an hour, so that no heartbeat (a few
+// allocations each, by the clock, not per collective) falls in the
+// measurement.
 func TestSteadyStateAllocations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping allocation count")
 	}
+	for _, live := range []time.Duration{-1, time.Hour} {
+		t.Run(fmt.Sprintf("liveness=%v", live), func(t *testing.T) {
+			steadyStateAllocations(t, func(c *star.Config) { c.Liveness = live })
+		})
+	}
+}
+
+func steadyStateAllocations(t *testing.T, tweak func(*star.Config)) {
 	const ranks = 4
-	comms, err := testkit.StartStar(context.Background(), testkit.NewTCPNetwork(), ranks, nil)
+	comms, err := testkit.StartStar(context.Background(), testkit.NewTCPNetwork(), ranks, tweak)
 	require.NoError(t, err)
 	defer testkit.CloseAll(comms)
 	ctx := context.Background()

@@ -124,7 +124,7 @@ func TestCloseAtEveryHandoff(t *testing.T) {
 			recorder.mu.Lock()
 			recorder.rank, recorder.counts, recorder.act = rank, nil, nil
 			recorder.mu.Unlock()
-			synctest.Test(t, func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
 				comms := inBubble(t, size, withTimeout(time.Minute))
 				defer testkit.CloseAll(comms)
 				for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return op.run(context.Background(), c) }) {
@@ -146,7 +146,7 @@ func TestCloseAtEveryHandoff(t *testing.T) {
 
 // closeAt runs one case of TestCloseAtEveryHandoff.
 func closeAt(t *testing.T, run func(context.Context, comm.Communicator) error, size, rank int, at handoff, recorder *handoffRecorder) {
-	synctest.Test(t, func(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
 		comms := inBubble(t, size, withTimeout(time.Minute))
 		defer testkit.CloseAll(comms)
 		closed := make(chan error, 1)
@@ -200,7 +200,7 @@ func closeAt(t *testing.T, run func(context.Context, comm.Communicator) error, s
 // during a collective, returns on every one of them, and only after the
 // communicator is closed; later calls return nil at once.
 func TestCloseConcurrentCalls(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
 		comms := inBubble(t, 3, withTimeout(time.Minute))
 		defer testkit.CloseAll(comms)
 		done := make(chan error, 1)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -35,6 +36,15 @@ type Comm struct {
 	cancelled bool
 	// failed is the first failure; the communicator is fail-stop after it.
 	failed error
+	// pending is a failure found outside a collective's own I/O (a peer
+	// unresponsive, an out-of-band Abort): it fails the running collective
+	// (whose links it cancels) or the next one.
+	pending error
+	// seq counts the collectives begun; op and opStart are the running
+	// one's, for reports.
+	seq     uint64
+	op      string
+	opStart time.Time
 	// reported is set once OnFailure has been called.
 	reported bool
 	// closeDone is closed when Close has finished.
@@ -45,6 +55,8 @@ type Comm struct {
 
 	// Scratch reused across collectives so steady state does not allocate.
 	parts [][]byte
+	// cl is the running collective's call, for the desync check.
+	cl call
 }
 
 // role is what the coordinator and a worker each do in a collective. The
@@ -62,6 +74,10 @@ type role interface {
 	// shutdown ends a healthy, idle communicator gracefully (spec section
 	// 5.2) and closes its links.
 	shutdown() error
+	// checkCall runs the desync check of collective seq (see
+	// Config.CheckCollectives): a worker sends its fingerprint, the
+	// coordinator compares every rank's.
+	checkCall(seq uint64, cl *call) error
 	// stop ends the role's goroutines once every link is closed.
 	stop()
 }
@@ -102,14 +118,26 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		}
 		c.role = newCoordinator(c, nil)
 	case cfg.Rank == 0:
+		var gate *admission
 		var links []*link
-		if links, err = admit(ctx, cfg); err == nil {
-			c.role = newCoordinator(c, links)
+		if gate, links, err = admit(ctx, cfg); err == nil {
+			co := newCoordinator(c, links)
+			c.role = co
+			if cfg.control() {
+				co.gate = gate
+				gate.serve(co.attach, func(msg string, args ...any) { c.log(slog.LevelWarn, msg, args...) })
+			} else {
+				gate.stop()
+			}
 		}
 	default:
 		var up *link
 		if up, err = dial(ctx, cfg); err == nil {
-			c.role = newWorker(c, up)
+			w := newWorker(c, up)
+			c.role = w
+			if cfg.control() {
+				w.openControl()
+			}
 		} else {
 			err = fmt.Errorf("rank %d: %w", cfg.Rank, err)
 		}
@@ -214,21 +242,85 @@ func (c *Comm) cancelLinks(err error) {
 	}
 }
 
-// begin checks that a collective may start and marks it running.
-func (c *Comm) begin(ctx context.Context, op string) error {
+// begin checks that a collective may start and marks it running. It
+// returns a pending failure (see interrupt) for the collective to fail
+// with.
+func (c *Comm) begin(ctx context.Context, op string) (pending, err error) {
 	c.stateMu.Lock()
 	defer c.stateMu.Unlock()
 	if c.closed {
-		return comm.ErrInvalidCommunicator
+		return nil, comm.ErrInvalidCommunicator
 	}
 	if c.failed != nil {
-		return &comm.CollectiveFailedError{Operation: op, Rank: blameOf(c.failed, -1), Message: "communicator is fail-stop after an earlier failure", Err: c.failed}
+		return nil, &comm.CollectiveFailedError{Operation: op, Rank: blameOf(c.failed, -1), Message: "communicator is fail-stop after an earlier failure", Err: c.failed}
 	}
 	if err := ctx.Err(); err != nil {
-		return &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done before the collective started", Err: err}
+		return nil, &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done before the collective started", Err: err}
 	}
 	c.running = true
-	return nil
+	c.seq++
+	c.op, c.opStart = op, time.Now()
+	return c.pending, nil
+}
+
+// interrupt fails the running collective with cause (cancelling its
+// links), or, when none runs, the next one. It reports whether it took
+// effect: not after a failure, a Close, or an earlier interrupt.
+func (c *Comm) interrupt(cause error) bool {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if c.failed != nil || c.closed || c.pending != nil {
+		return false
+	}
+	c.pending = cause
+	if c.running {
+		c.cancelLinks(cause)
+	}
+	return true
+}
+
+// unresponsive declares peer unresponsive: its control session was silent
+// for the liveness timeout (lost, when the session ended first). Every
+// collective of this rank fails naming it; the coordinator also tells every
+// other worker at once, over their control sessions, whatever it is doing.
+//
+// A coordinator that hears from none of its workers (at least two of them
+// with a session, each silent for half the liveness timeout or more) is
+// itself the one cut off, or was the one frozen: it names itself, as every
+// worker does.
+func (c *Comm) unresponsive(peer int, silence time.Duration, lost error) {
+	cause := &UnresponsiveError{Rank: peer, Silence: silence, Lost: lost}
+	if co, ok := c.role.(*coordinator); ok {
+		if n, ok := co.allSilent(time.Now()); ok {
+			cause = &UnresponsiveError{Rank: 0, Silence: silence, Lost: lost, Workers: n}
+		}
+	}
+	if !c.interrupt(cause) {
+		return
+	}
+	c.log(slog.LevelError, "peer unresponsive", "rank", cause.Rank, "silence", silence.Round(time.Millisecond), "cause", cause)
+	if co, ok := c.role.(*coordinator); ok {
+		op := c.currentOp()
+		reason := fmt.Sprintf("rank %d failed during %s (seen by rank 0): %v", cause.Rank, op, cause)
+		co.broadcastAbort(abortPayload(cause.Rank, op, cause, reason), cause.Rank)
+	}
+}
+
+// currentOp names the running collective (or the last one).
+func (c *Comm) currentOp() string {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if c.op == "" {
+		return "start-up"
+	}
+	return c.op
+}
+
+// log writes one record to the configured Logger, if any.
+func (c *Comm) log(level slog.Level, msg string, args ...any) {
+	if lg := c.cfg.Logger; lg != nil {
+		lg.Log(context.Background(), level, msg, append(args, "self", c.rank)...)
+	}
 }
 
 // settle ends a collective that did not fail: it is no longer running,
@@ -324,7 +416,14 @@ func (c *Comm) fail(ctx context.Context, op string, err error) error {
 	c.hook(hookFailing)
 
 	reason := fmt.Sprintf("rank %d failed during %s (seen by rank %d): %v", blame, op, c.rank, out)
-	c.endLinks(abortPayload(blame, op, err, reason), peer, err)
+	payload := abortPayload(blame, op, err, reason)
+	if co, ok := c.role.(*coordinator); ok {
+		co.closeGate()
+		// Out of band first: a worker in the middle of a long frame
+		// learns at once, whatever the data links do.
+		co.broadcastAbort(payload, -1)
+	}
+	c.endLinks(payload, peer, err)
 	c.report(op, blame, out)
 	return out
 }
@@ -347,11 +446,32 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 		if blamed < 0 || blamed >= c.size {
 			blamed = ab.From // no rank, or one that does not exist
 		}
+		if c.rank == 0 && blamed == 0 && ab.From != 0 && isUnresponsive(ab.Cause) {
+			// A worker heard nothing from rank 0, which is here to read
+			// its Abort: the silence is on that worker's side (its link,
+			// or its process), as rank 0 tells the others.
+			blamed = ab.From
+			return &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("rank %d lost contact with rank 0 (rank 0 is responsive): %s", ab.From, ab.Reason), Err: ab}
+		}
 		return &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("aborted by rank %d: %s", ab.From, ab.Reason), Err: ab}
 	case errors.Is(err, ErrShutdown):
 		return &comm.CollectiveFailedError{Operation: op, Rank: 0, Message: "rank 0 shut the communicator down while this rank was in the collective (the ranks called different numbers of collectives)", Err: err}
 	}
-	return &comm.CollectiveFailedError{Operation: op, Rank: peer, Message: fmt.Sprintf("link to rank %d: %s", peer, describe(err, c.cfg.Timeout)), Err: err}
+	var ur *UnresponsiveError
+	var de *DesyncError
+	switch {
+	case errors.As(err, &ur):
+		return &comm.CollectiveFailedError{Operation: op, Rank: ur.Rank, Message: ur.Error(), Err: ur}
+	case errors.As(err, &de):
+		return &comm.CollectiveFailedError{Operation: op, Rank: de.Rank, Message: de.Error(), Err: de}
+	}
+	msg := fmt.Sprintf("link to rank %d: %s", peer, describe(err, c.cfg.Timeout))
+	if co, ok := c.role.(*coordinator); ok && isTimeout(err) {
+		// What the collective waited for, as the stall report says it.
+		seq, op, start, _ := c.current()
+		msg += "; " + co.stall(seq, op, start, time.Now(), "waited")
+	}
+	return &comm.CollectiveFailedError{Operation: op, Rank: peer, Message: msg, Err: err}
 }
 
 // abortFlushMax bounds how long a failing collective waits for its Aborts
@@ -448,8 +568,12 @@ func describe(err error, timeout time.Duration) string {
 func (c *Comm) run(ctx context.Context, op string, check func() error, body func() error) error {
 	c.ops <- struct{}{}
 	defer func() { <-c.ops }()
-	if err := c.begin(ctx, op); err != nil {
+	pending, err := c.begin(ctx, op)
+	if err != nil {
 		return err
+	}
+	if pending != nil {
+		return c.fail(ctx, op, pending)
 	}
 	if err := check(); err != nil {
 		c.stateMu.Lock()
@@ -459,7 +583,12 @@ func (c *Comm) run(ctx context.Context, op string, check func() error, body func
 	}
 	c.hook(hookBegin)
 	stop := c.watch(ctx)
-	err := body()
+	if c.cfg.CheckCollectives && c.size > 1 {
+		err = c.role.checkCall(c.seq, &c.cl)
+	}
+	if err == nil {
+		err = body()
+	}
 	stop()
 	c.hook(hookEnd)
 	if err != nil {
@@ -506,6 +635,7 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 		if err == nil {
 			err = frameLimit(comm.OpAllgatherv, total*send.Type.Size())
 		}
+		c.cl = call{op: comm.OpAllgatherv, dt: send.Type, counts: counts}
 		return err
 	}
 	return c.run(ctx, comm.OpAllgatherv, check, func() error {
@@ -521,6 +651,7 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 		if err := comm.CheckAllreduce(send, recv, op); err != nil {
 			return err
 		}
+		c.cl = call{op: comm.OpAllreduce, dt: send.Type, n: send.Len(), rop: op}
 		return frameLimit(comm.OpAllreduce, len(send.Bytes)+1)
 	}
 	return c.run(ctx, comm.OpAllreduce, check, func() error {
@@ -536,6 +667,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 		if err := comm.CheckBroadcast(buf, root, c.size); err != nil {
 			return err
 		}
+		c.cl = call{op: comm.OpBroadcast, dt: buf.Type, n: buf.Len(), root: root}
 		return frameLimit(comm.OpBroadcast, len(buf.Bytes))
 	}
 	return c.run(ctx, comm.OpBroadcast, check, func() error {
@@ -547,5 +679,5 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 // workers send BarrierReady; once the coordinator has all of them it sends
 // BarrierGo to every worker.
 func (c *Comm) Barrier(ctx context.Context) error {
-	return c.run(ctx, comm.OpBarrier, func() error { return nil }, c.role.barrier)
+	return c.run(ctx, comm.OpBarrier, func() error { c.cl = call{op: comm.OpBarrier}; return nil }, c.role.barrier)
 }

@@ -2,6 +2,7 @@ package star
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/starcomm/starcomm/transport"
@@ -56,6 +57,33 @@ type Config struct {
 	Dialer transport.Dialer
 	// Addr is the coordinator's address, passed to Dialer.
 	Addr string
+	// Liveness is how long a peer's control session may stay silent before
+	// the peer is declared unresponsive: every rank's current or next
+	// collective then fails naming it, however long Timeout is. Each end
+	// of a control session sends a heartbeat every Liveness/10 from its
+	// process, so a rank busy computing is never silent; a frozen process,
+	// a dead host or a cut link is. Zero means the default, 10 s; negative
+	// turns the control session off (no heartbeats, no out-of-band Abort,
+	// no CheckCollectives): the data links alone, as the spec has them.
+	// (COBRE_TCP_LIVENESS_SECS.)
+	Liveness time.Duration
+	// Logger, if set, receives the coordinator's stall reports (see
+	// StallReport) and the liveness events of every rank. Nil logs nothing.
+	// (COBRE_LOG.)
+	Logger *slog.Logger
+	// StallReport is how long a collective may wait on the coordinator
+	// before it logs which ranks have arrived and which have not, again
+	// every StallReport while it waits. Zero means the default, 30 s.
+	StallReport time.Duration
+	// CheckCollectives makes every rank send, over its control session,
+	// the fingerprint of each collective (its sequence number, operation,
+	// element type, counts or length, root, reduce op) before its data;
+	// the coordinator compares them and fails every rank, naming the one
+	// that differs and how, when they disagree in a way the wire cannot
+	// show (counts permuted with the same total, same-size element types, a
+	// broadcast root). Off by default: it costs a message per rank per
+	// collective. (COBRE_DEBUG=detail.)
+	CheckCollectives bool
 	// OnFailure, if set, is called once, with the communicator's first
 	// failure (of start-up, a collective, or Close), synchronously, before
 	// the failing call returns: a program that exits the instant it sees
@@ -86,6 +114,8 @@ func DefaultConfig() Config {
 		HandshakeTimeout: 10 * time.Second,
 		ShutdownTimeout:  time.Second,
 		Spin:             100 * time.Microsecond,
+		Liveness:         10 * time.Second,
+		StallReport:      30 * time.Second,
 	}
 }
 
@@ -108,8 +138,17 @@ func (c Config) withDefaults() Config {
 	if c.Spin == 0 {
 		c.Spin = d.Spin
 	}
+	if c.Liveness == 0 {
+		c.Liveness = d.Liveness
+	}
+	if c.StallReport <= 0 {
+		c.StallReport = d.StallReport
+	}
 	return c
 }
+
+// control reports whether the control session is on.
+func (c Config) control() bool { return c.Liveness > 0 }
 
 // Validate reports the first invalid field, by name. Zero durations are
 // valid (they mean the default).
@@ -129,6 +168,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("star: HandshakeTimeout is %v; it must be positive", c.HandshakeTimeout)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("star: ShutdownTimeout is %v; it must be positive", c.ShutdownTimeout)
+	case c.StallReport < 0:
+		return fmt.Errorf("star: StallReport is %v; it must be positive", c.StallReport)
+	case c.CheckCollectives && c.Liveness < 0:
+		return fmt.Errorf("star: CheckCollectives needs the control session, which Liveness %v turns off", c.Liveness)
 	case c.Size > 1 && c.Rank == 0 && c.Listener == nil:
 		return fmt.Errorf("star: Listener is nil; the coordinator (rank 0) of a %d-rank communicator needs one", c.Size)
 	case c.Rank > 0 && c.Dialer == nil:

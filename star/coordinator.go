@@ -1,8 +1,10 @@
 package star
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -22,8 +24,10 @@ import (
 // once no collective runs, so no request is ever left without a result.
 type coordinator struct {
 	c       *Comm
-	workers []*link // the links to ranks 1..size-1, in rank order
-	byRank  []*link // byRank[r] is the link to rank r; byRank[0] is nil
+	gate    *admission    // serving control connections, when the control session is on
+	quit    chan struct{} // closed by stop: the stall monitor ends
+	workers []*link       // the links to ranks 1..size-1, in rank order
+	byRank  []*link       // byRank[r] is the link to rank r; byRank[0] is nil
 	results chan result
 	serving sync.WaitGroup
 	// polled is set when every worker link can be polled and Spin > 0.
@@ -35,6 +39,8 @@ type coordinator struct {
 	one     [1][]byte
 	opBytes []byte   // allreduce: the op byte each worker sent, by rank
 	scratch []uint64 // allreduce: the workers' contributions
+	mine    []byte   // the desync check: rank 0's fingerprint
+	fps     [][]byte // every rank's, by rank
 }
 
 // request is one link's part of a collective.
@@ -61,7 +67,7 @@ type result struct {
 // newCoordinator starts the goroutine of every link (links[r] is rank r's;
 // links[0] is nil; none for a communicator of size 1).
 func newCoordinator(c *Comm, links []*link) *coordinator {
-	co := &coordinator{c: c, byRank: links, results: make(chan result, c.size), opBytes: make([]byte, c.size)}
+	co := &coordinator{c: c, byRank: links, results: make(chan result, c.size), opBytes: make([]byte, c.size), quit: make(chan struct{})}
 	if len(links) > 1 {
 		co.workers = links[1:]
 	}
@@ -69,9 +75,13 @@ func newCoordinator(c *Comm, links []*link) *coordinator {
 	co.polled = c.cfg.Spin > 0
 	for _, l := range co.workers {
 		co.polled = co.polled && l.poller != nil
+		l.ctlReads = true
 		l.reqs = make(chan request, 1)
 		co.serving.Add(1)
 		go co.serve(l)
+	}
+	if len(co.workers) > 0 && c.cfg.Logger != nil {
+		co.serving.Go(co.stallMonitor)
 	}
 	return co
 }
@@ -96,12 +106,71 @@ func (co *coordinator) serve(l *link) {
 
 func (co *coordinator) links() []*link { return co.workers }
 
-// stop ends the links' goroutines. No collective may be running.
+// broadcastAbort sends an Abort payload to every worker but except over
+// its control session, without waiting (each send is bounded by
+// ShutdownTimeout; Close waits for them).
+func (co *coordinator) broadcastAbort(payload []byte, except int) {
+	until := time.Now().Add(co.c.cfg.ShutdownTimeout)
+	for _, l := range co.workers {
+		if ctl := l.ctl.Load(); ctl != nil && l.peer != except {
+			ctl.wg.Go(func() { _ = ctl.send(msgAbort, payload, until) })
+		}
+	}
+}
+
+// allSilent reports whether every worker with a control session, at least
+// two of them, has been silent for half the liveness timeout or more, and
+// how many there are.
+func (co *coordinator) allSilent(now time.Time) (int, bool) {
+	n := 0
+	for _, l := range co.workers {
+		ctl := l.ctl.Load()
+		if ctl == nil {
+			continue
+		}
+		if now.Sub(time.Unix(0, ctl.heard.Load())) < co.c.cfg.Liveness/2 {
+			return 0, false
+		}
+		n++
+	}
+	return n, n >= 2
+}
+
+// attach starts the control session of worker rank, set up by the gate.
+func (co *coordinator) attach(rank int, cc *controlConn) {
+	l := co.byRank[rank]
+	ctl := newControl(co.c, rank, cc.conn, cc.sess, cc.hb, cc.msgs)
+	l.ctl.Store(ctl)
+	ctl.start()
+	co.c.log(slog.LevelDebug, "control session up", "rank", rank)
+}
+
+// closeGate stops accepting control connections: the listener closes
+// before a worker learns that this communicator ends (a Shutdown or an
+// Abort), so that a worker of the next job on the same port never reaches
+// it.
+func (co *coordinator) closeGate() {
+	if co.gate != nil {
+		co.gate.closeListener()
+	}
+}
+
+// stop ends the links' goroutines, the gate and the control sessions. No
+// collective may be running.
 func (co *coordinator) stop() {
 	for _, l := range co.workers {
 		close(l.reqs)
 	}
+	close(co.quit)
 	co.serving.Wait()
+	if co.gate != nil {
+		co.gate.stop()
+	}
+	for _, l := range co.workers {
+		if ctl := l.ctl.Load(); ctl != nil {
+			ctl.stop()
+		}
+	}
 }
 
 // fan hands req to each of links, to run concurrently on their goroutines,
@@ -114,9 +183,17 @@ func (co *coordinator) fan(links []*link, req request, cut bool) error {
 		l.reqs <- req
 	}
 	var first error
+	seq := co.c.seq
 	for range links {
 		res := <-co.results
 		co.c.hook(hookResult)
+		if res.err == nil {
+			if req.kind == reqRead {
+				co.byRank[res.peer].arrive(seq)
+			} else {
+				co.byRank[res.peer].deliver(seq, time.Now())
+			}
+		}
 		if res.err != nil && first == nil {
 			first = &linkError{peer: res.peer, err: res.err}
 			if cut {
@@ -142,6 +219,9 @@ func (co *coordinator) gather(spin time.Duration) error {
 	if co.polled && spin > 0 {
 		co.c.hook(hookPoll)
 		done, bad, err := pollLinks(spin, co.c.cfg.Timeout, todo...)
+		for _, l := range todo[:done] {
+			l.arrive(co.c.seq)
+		}
 		if err != nil {
 			return &linkError{peer: bad.peer, err: err}
 		}
@@ -180,6 +260,8 @@ func (co *coordinator) scatter(tag byte, parts [][]byte, skip int) error {
 		done, err := l.postFrameAt(co.stage, now)
 		co.c.hook(hookPosted)
 		switch {
+		case err == nil && done:
+			l.deliver(co.c.seq, now)
 		case err != nil:
 			if first == nil {
 				first = &linkError{peer: l.peer, err: err}
@@ -240,10 +322,17 @@ func (co *coordinator) scratchBytes(n int) []byte {
 }
 
 func (co *coordinator) broadcast(buf []byte, root int) error {
+	for _, l := range co.workers {
+		if l.peer != root {
+			l.arrive(co.c.seq) // they only receive
+		}
+	}
 	if root != 0 {
 		if err := co.byRank[root].awaitFrame(co.c.spin(len(buf)), TagBroadcast, buf); err != nil {
 			return &linkError{peer: root, err: err}
 		}
+		co.byRank[root].arrive(co.c.seq)
+		co.byRank[root].deliver(co.c.seq, time.Now())
 	}
 	co.one[0] = buf
 	return co.scatter(TagBroadcast, co.one[:], root)
@@ -265,6 +354,7 @@ func (co *coordinator) barrier() error {
 // Shutdown could not be written to, or that was still sending (it called a
 // collective that rank 0 did not), is an error naming it.
 func (co *coordinator) shutdown() error {
+	co.closeGate()
 	until := time.Now().Add(co.c.cfg.ShutdownTimeout)
 	errs := make([]error, len(co.byRank))
 	var wg sync.WaitGroup
@@ -287,4 +377,57 @@ func (co *coordinator) shutdown() error {
 		}
 	}
 	return nil
+}
+
+// checkCall reads every worker's fingerprint of collective seq (a worker
+// without a control session is not checked) and compares them with rank
+// 0's (see compareCalls).
+func (co *coordinator) checkCall(seq uint64, cl *call) error {
+	if co.fps == nil {
+		co.fps = make([][]byte, co.c.size)
+	}
+	co.mine = cl.fingerprint(co.mine, seq)
+	co.fps[0] = co.mine
+	for _, l := range co.workers {
+		co.fps[l.peer] = nil
+		ctl := l.ctl.Load()
+		if ctl == nil {
+			continue
+		}
+		fp, err := co.readCall(l, ctl, seq)
+		if err != nil {
+			return &linkError{peer: l.peer, err: err}
+		}
+		co.fps[l.peer] = fp
+	}
+	return compareCalls(seq, co.fps)
+}
+
+// readCall reads worker l's fingerprint of collective seq from its
+// control session, skipping those of earlier collectives (sent before the
+// coordinator attached the session), within Timeout. Cancelling l
+// interrupts it.
+func (co *coordinator) readCall(l *link, ctl *control, seq uint64) ([]byte, error) {
+	until := time.Now().Add(co.c.cfg.Timeout)
+	for {
+		l.dmu.Lock()
+		if err := l.cancelled(); err != nil {
+			l.dmu.Unlock()
+			return nil, err
+		}
+		_ = ctl.msgs.SetReadDeadline(until)
+		l.dmu.Unlock()
+		kind, body, err := ctl.readMsgRaw()
+		switch {
+		case l.cancelled() != nil:
+			return nil, l.cancelled()
+		case err != nil && isTimeout(err):
+			return nil, noProgress{fmt.Errorf("no fingerprint of collective #%d from rank %d within the %v timeout: %w", seq, l.peer, co.c.cfg.Timeout, err)}
+		case err != nil:
+			return nil, fmt.Errorf("control session: %w", err)
+		case kind != msgCall || len(body) < 8 || binary.BigEndian.Uint64(body) < seq:
+			continue
+		}
+		return body, nil
+	}
 }

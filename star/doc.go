@@ -23,7 +23,8 @@
 // for the real ranks. It handshakes connections concurrently, drops one
 // that stays silent for HandshakeTimeout, and frees the rank of a
 // registered worker whose connection closes before start-up is complete.
-// Once every worker has registered, it closes its listener and answers
+// Once every worker has registered, it stops registering (it closes its
+// listener, or keeps it for the control sessions, see below) and answers
 // every worker's Handshake with Ack (0x09, size u32 BE) at once, so that
 // every rank leaves start-up together (as MPI_Init does) and start-up is
 // bounded by ConnectTimeout alone; the worker checks the echoed size. A
@@ -31,6 +32,10 @@
 // the coordinator fails after ConnectTimeout naming it, and sends the
 // workers that registered an Abort naming it instead of the Ack; they wait
 // for that answer up to ConnectTimeout (plus a margin) after registering.
+// A Handshake that reaches a coordinator whose start-up is over is refused
+// with cause "running": the worker belongs to another job on the same port
+// (the next one, started while this one ends), and tries again, with
+// backoff, within its ConnectTimeout.
 //
 // Allgatherv: worker r sends AllgathervSend (0x01) with its counts[r]
 // elements. The coordinator reads every worker concurrently, straight into
@@ -81,7 +86,8 @@
 //
 // rank is the rank at fault (-1: none), op the operation, cause the class
 // of the failure (timeout, eof, unexpected-eof, reset, pipe, tag, op,
-// shutdown, canceled, deadline, closed, refused). When a frame's length
+// shutdown, canceled, deadline, closed, refused, running, unresponsive,
+// desync). When a frame's length
 // disagrees with a rank's arguments, the rank that sent the frame is
 // named (one mismatch cannot tell whose arguments are wrong). Every
 // surviving worker
@@ -164,5 +170,59 @@
 // itself the broadcast root when the coordinator does not (it sends its
 // data and returns its own buffer, and the stray frame fails a later
 // collective). Only a check that compares the ranks' arguments can catch
-// those.
+// those: Config.CheckCollectives (below).
+//
+// # The control session
+//
+// Unless Config.Liveness is negative, a starcomm worker opens a second
+// connection to the coordinator's port once start-up is complete, beside
+// its data link, which stays exactly the spec's. Its first frame is
+// Control (0x0C, rank u32 BE, size u32 BE); the coordinator checks it as
+// it checks a Handshake (a registered rank, the right size, one session
+// per rank), answers with the same frame and both ends run an smux
+// session (github.com/xtaci/smux) over the rest of the connection. The
+// coordinator keeps its listener for these connections until every
+// worker has its session, ConnectTimeout has passed since start-up, or it
+// closes or fails, whichever comes first. A spec-only worker never opens
+// one and is served exactly as the spec says; a worker whose coordinator
+// does not answer the Control frame (a spec-only one) goes on without.
+// Liveness for a rank starts once its session is up, milliseconds after
+// start-up.
+//
+// The session carries two streams, both opened by the worker:
+//
+//   - heartbeats: each end writes one byte every Liveness/10 and declares
+//     its peer unresponsive once nothing has come for Liveness, whether
+//     the session stays open and silent (a frozen process, a dead host, a
+//     cut link) or ends. The process sends them, not the collective, so a
+//     rank that computes for hours keeps beating, and the collective
+//     timeout (Config.Timeout) can be set that long. Every collective of
+//     the rank that notices, current or next, fails with a
+//     *comm.CollectiveFailedError naming the silent rank, wrapping an
+//     *UnresponsiveError (errors.Is os.ErrDeadlineExceeded); the
+//     coordinator tells every other worker at once. A coordinator that
+//     hears from none of its workers (two or more) names itself, as they
+//     do, and a worker's Abort that says rank 0 is unresponsive makes the
+//     coordinator, which is plainly alive, name that worker: the silence
+//     is on its side. smux's own keep-alive is off: it checks once per
+//     interval, so it notices silence only after one to two intervals, and
+//     its error is not os.ErrDeadlineExceeded.
+//   - messages: LEN u32 BE (bytes of KIND and BODY), KIND u8, BODY. The
+//     coordinator sends every Abort here too (kind 1, an Abort frame's
+//     payload), before the data links' Aborts: a worker in the middle of
+//     a long frame, or blocked writing one that rank 0 no longer reads,
+//     learns at once that another rank failed and which. With
+//     Config.CheckCollectives each worker sends the fingerprint of each
+//     collective here before its data (kind 2: sequence number,
+//     operation, element type, counts or length, root, reduce op); the
+//     coordinator compares every rank's with its own and, on a mismatch,
+//     fails every rank with a *DesyncError (errors.Is ErrDesync) naming
+//     the rank that differs and how. It catches what the frames cannot
+//     show: counts permuted with the same total, element types of the same
+//     size, disagreement on a broadcast root.
+//
+// With Config.Logger set, the coordinator reports every collective that
+// has waited longer than Config.StallReport, and again at that interval:
+// which ranks have arrived, which have not, whether those are alive and
+// when they last finished a collective. A timeout's error says the same.
 package star

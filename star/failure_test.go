@@ -52,7 +52,7 @@ func TestBarrierTimeout(t *testing.T) {
 	for _, size := range []int{2, 4} {
 		for _, idle := range []int{0, size - 1} {
 			t.Run(fmt.Sprintf("ranks=%d/idle=%d", size, idle), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
+				testkit.SyncTest(t, func(t *testing.T) {
 					const timeout = 2 * time.Second
 					comms := inBubble(t, size, withTimeout(timeout))
 					defer testkit.CloseAll(comms)
@@ -91,7 +91,7 @@ func TestBarrierTimeout(t *testing.T) {
 func TestCrashDetectedAtOnce(t *testing.T) {
 	for _, op := range []string{"allgatherv", "allreduce", "broadcast", "barrier"} {
 		t.Run("op="+op, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
 				const size, victim = 4, 2
 				comms := inBubble(t, size, withTimeout(60*time.Second))
 				defer testkit.CloseAll(comms)
@@ -144,7 +144,7 @@ func c0(c comm.Communicator) error { return c.Barrier(context.Background()) }
 // TestContextCancel: cancelling the coordinator's context while it waits
 // fails its collective with context.Canceled and tells the workers.
 func TestContextCancel(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
 		comms := inBubble(t, 4, withTimeout(60*time.Second))
 		defer testkit.CloseAll(comms)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -177,7 +177,7 @@ func TestContextCancel(t *testing.T) {
 // fails locally, sends nothing and leaves the communicator usable.
 func TestContextDoneBeforeStart(t *testing.T) {
 	testkit.CheckGoroutines(t)
-	comms, ts := tapped(t, 3, nil)
+	comms, ts := tapped(t, 3, func(c *star.Config) { c.Liveness = -1 }) // no heartbeats
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r0, w0 := ts.totals()
@@ -193,7 +193,7 @@ func TestContextDoneBeforeStart(t *testing.T) {
 
 // TestCloseDuringCollective: Close unblocks a collective at once.
 func TestCloseDuringCollective(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
 		comms := inBubble(t, 3, withTimeout(60*time.Second))
 		defer testkit.CloseAll(comms)
 		done := make(chan error, 1)
@@ -228,7 +228,7 @@ func TestUseAfterClose(t *testing.T) {
 // TestGracefulShutdownIsPrompt: when every rank closes at once, Close
 // returns without waiting for ShutdownTimeout.
 func TestGracefulShutdownIsPrompt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
 		comms := inBubble(t, 8, nil)
 		begin := time.Now()
 		require.NoError(t, testkit.CloseAll(comms))
@@ -239,7 +239,7 @@ func TestGracefulShutdownIsPrompt(t *testing.T) {
 // TestStartupTimeout: a coordinator whose workers do not all come fails
 // with InitializationFailed naming the missing ranks.
 func TestStartupTimeout(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
 		nw := pipe.NewNetwork()
 		ln, err := nw.Listen("c")
 		require.NoError(t, err)

@@ -63,6 +63,8 @@ func TagName(tag byte) string {
 		return "Shutdown"
 	case TagAbort:
 		return "Abort"
+	case TagControl:
+		return "Control"
 	}
 	return fmt.Sprintf("0x%02X", tag)
 }

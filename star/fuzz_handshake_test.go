@@ -9,7 +9,6 @@ import (
 	"io"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/starcomm/starcomm/comm"
@@ -56,7 +55,7 @@ func FuzzHandshake(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		synctest.Test(t, func(t *testing.T) { handshakeRound(t, data) })
+		testkit.SyncTest(t, func(t *testing.T) { handshakeRound(t, data) })
 	})
 }
 

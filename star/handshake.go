@@ -43,9 +43,14 @@ func ParseHandshake(p []byte) (rank, size uint32, err error) {
 // handshake; Reason is the coordinator's explanation.
 type RefusedError struct {
 	Reason string
+	// Err is the coordinator's Abort, when the attempt is retried.
+	Err error
 }
 
 func (e *RefusedError) Error() string { return "handshake refused by coordinator: " + e.Reason }
+
+// Unwrap returns Err.
+func (e *RefusedError) Unwrap() error { return e.Err }
 
 // checkHandshake validates a worker's handshake against the coordinator's
 // size and registered ranks; it returns the refusal reason, or "".
@@ -70,9 +75,36 @@ func checkHandshake(rank, size uint32, mySize int, taken func(int) bool) string 
 // registered, so its answer comes within ConnectTimeout of registering. A
 // worker waits that long plus min(ConnectTimeout/2, 500 ms), so that the
 // coordinator's answer, not this worker's own deadline, ends its start-up.
+//
+// A coordinator whose own start-up is over refuses the Handshake (cause
+// "running"): this worker reached the previous job on the same port, still
+// ending. It tries again, with backoff, within ConnectTimeout.
 func dial(ctx context.Context, cfg Config) (*link, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
+	backoff := 10 * time.Millisecond
+	for running := 0; ; running++ {
+		l, err := dialOnce(ctx, dctx, cfg)
+		var ab *AbortError
+		if !errors.As(err, &ab) || !errors.Is(ab, errRunningRemote) {
+			if err != nil && running > 0 {
+				err = fmt.Errorf("%w (before, a coordinator whose job was already running refused this worker %d time(s))", err, running)
+			}
+			return l, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-dctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("connect to coordinator at %s: only a coordinator whose job is already running answered within %v: %w", cfg.Addr, cfg.ConnectTimeout, err)
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// dialOnce is one attempt of dial.
+func dialOnce(ctx, dctx context.Context, cfg Config) (*link, error) {
 	conn, err := cfg.Dialer.Dial(dctx, cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to coordinator at %s: %w", cfg.Addr, err)
@@ -97,6 +129,8 @@ func dial(ctx context.Context, cfg Config) (*link, error) {
 	if err := l.readFrame(TagAck, payload[:]); err != nil {
 		var ab *AbortError
 		switch {
+		case errors.As(err, &ab) && errors.Is(ab, errRunningRemote):
+			return fail(&RefusedError{Reason: ab.Reason, Err: ab})
 		case errors.As(err, &ab) && ab.Op == OpStartup && !errors.Is(ab, errRefusedRemote):
 			return fail(fmt.Errorf("the coordinator gave up start-up: %w", ab))
 		case errors.As(err, &ab):

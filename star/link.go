@@ -75,6 +75,17 @@ type link struct {
 	// coordinator); nil elsewhere.
 	reqs chan request
 
+	// ctl is the control session with the peer, once there is one (the
+	// coordinator attaches a worker's at any time after start-up).
+	ctl atomic.Pointer[control]
+	// ctlReads is set on the coordinator's links: the collective's
+	// goroutine reads the worker's fingerprints from ctl, and cancel
+	// interrupts that read too.
+	ctlReads bool
+	// prog is the coordinator's record of the worker's progress (see
+	// stall.go).
+	prog progress
+
 	// drained is closed when the goroutine draining the link at its end
 	// stops (see startDrain); drainedBytes is how much it read.
 	drained      chan struct{}
@@ -110,6 +121,9 @@ func (l *link) cancel(err error) {
 	defer l.dmu.Unlock()
 	l.cause.CompareAndSwap(nil, &cancelCause{err})
 	_ = l.conn.SetDeadline(past)
+	if ctl := l.ctl.Load(); ctl != nil && l.ctlReads {
+		_ = ctl.msgs.SetReadDeadline(past)
+	}
 }
 
 // resume ends a cancel. The owner calls it when no I/O is in progress; the

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -67,20 +66,22 @@ func (c *hookConn) Write(p []byte) (int, error) {
 // scheduling window deterministic. Expected: no panic; New returns the
 // links (every worker registered) or an InitializationFailedError.
 func TestRegressionStartupDeadlineAfterLastAckPanics(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
 		nw := pipe.NewNetwork()
 		ln, err := nw.Listen("coord")
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		hl := &hookListener{Listener: ln, closed: make(chan struct{})}
-		hl.onAck = func() {
-			cancel()    // the caller gives up (or ConnectTimeout fires) ...
-			<-hl.closed // ... and accept has seen it before the worker registers
-		}
+		// The caller gives up (or ConnectTimeout fires) while the Ack goes
+		// out. (The Acks are now sent once every worker has registered, so
+		// the old window, between a worker's Ack and its registration, is
+		// gone; the test stays as a guard.)
+		hl.onAck = cancel
 		cfg := star.DefaultConfig()
 		cfg.Rank, cfg.Size, cfg.Listener = 0, 2, hl
 		cfg.ShutdownTimeout = 100 * time.Millisecond
+		cfg.Liveness = -1 // the listener closes when start-up ends, as the hook expects
 		type result struct {
 			c     *star.Comm
 			err   error
@@ -97,6 +98,7 @@ func TestRegressionStartupDeadlineAfterLastAckPanics(t *testing.T) {
 		}()
 		wcfg := star.DefaultConfig()
 		wcfg.Rank, wcfg.Size, wcfg.Dialer, wcfg.Addr = 1, 2, nw, "coord"
+		wcfg.Liveness = -1
 		w, werr := star.New(context.Background(), wcfg)
 		r := <-got
 		if werr == nil {
@@ -154,7 +156,7 @@ func TestRegressionAbortReasonUnbounded(t *testing.T) {
 	})
 
 	t.Run("phase=handshake", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		testkit.SyncTest(t, func(t *testing.T) {
 			cu := newCoordinator(2, 100*time.Millisecond)
 			conn, err := cu.nw.Dial(context.Background(), "coord")
 			require.NoError(t, err)
@@ -204,7 +206,7 @@ func TestRegressionBlamedRankAtEnd(t *testing.T) {
 // 3 x HandshakeTimeout. Expected: refused at HandshakeTimeout (one deadline
 // for the whole frame), or the doc says "per read".
 func TestRegressionHandshakeTimeoutPerRead(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
 		const timeout = 100 * time.Millisecond
 		begin := time.Now()
 		cu := newCoordinator(2, timeout)

@@ -1,9 +1,13 @@
 package star
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/starcomm/starcomm/comm"
 )
@@ -16,15 +20,54 @@ type worker struct {
 	up   *link
 	ends []*link // {up}
 	op   [1]byte
+	fp   []byte // the desync check's fingerprint, reused
+
+	// opening is the control session being opened in the background;
+	// stopOpening cancels it; opened is closed when it is over.
+	opening     sync.WaitGroup
+	stopOpening context.CancelFunc
+	opened      chan struct{}
 }
 
 func newWorker(c *Comm, up *link) *worker {
-	return &worker{c: c, up: up, ends: []*link{up}}
+	w := &worker{c: c, up: up, ends: []*link{up}, stopOpening: func() {}, opened: make(chan struct{})}
+	if !c.cfg.control() {
+		close(w.opened)
+	}
+	return w
 }
 
 func (w *worker) links() []*link { return w.ends }
 
-func (w *worker) stop() {}
+// openControl opens the control session in the background, so that
+// start-up never waits for it (a coordinator that only knows the spec may
+// accept the connection and never answer); liveness starts once it is up.
+// opened closes when the attempt is over, up or not.
+func (w *worker) openControl() {
+	ctx, cancel := context.WithCancel(context.Background())
+	w.stopOpening = cancel
+	w.opening.Go(func() {
+		defer close(w.opened)
+		ctl, err := openControl(ctx, w.c)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.c.log(slog.LevelWarn, "no control session (the coordinator does not offer one): liveness and out-of-band Aborts are off", "cause", err)
+			}
+			return
+		}
+		w.up.ctl.Store(ctl)
+		ctl.start()
+		w.c.log(slog.LevelDebug, "control session up", "rank", 0)
+	})
+}
+
+func (w *worker) stop() {
+	w.stopOpening()
+	w.opening.Wait()
+	if ctl := w.up.ctl.Load(); ctl != nil {
+		ctl.stop()
+	}
+}
 
 // exchange sends a frame of tag with extra and send as payload (unless
 // tag is 0), then waits for the reply frame want, whose payload fills
@@ -106,4 +149,22 @@ func (w *worker) shutdown() error {
 		why = "waiting for rank 0's Shutdown: " + err.Error()
 	}
 	return &comm.CollectiveFailedError{Operation: OpClose, Rank: blame, Message: why, Err: err}
+}
+
+// checkCall sends the fingerprint of collective seq over the control
+// session, before the collective's data. Without a control session there
+// is nothing to check against; a failed send leaves the coordinator
+// waiting for it, which fails naming this rank.
+func (w *worker) checkCall(seq uint64, cl *call) error {
+	// The coordinator expects fingerprints once it has attached the
+	// session, which may be before this end has it: wait until the
+	// opening is over, so that none it expects goes unsent.
+	<-w.opened
+	ctl := w.up.ctl.Load()
+	if ctl == nil {
+		return nil
+	}
+	w.fp = cl.fingerprint(w.fp, seq)
+	_ = ctl.send(msgCall, w.fp, time.Now().Add(w.c.cfg.Timeout))
+	return nil
 }

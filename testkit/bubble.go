@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"runtime"
 	"testing"
 	"testing/synctest"
 )
@@ -39,4 +40,26 @@ func Blocked[T any](t testing.TB, ch <-chan T, what string) {
 		t.Fatalf("%s returned %+v, want it still blocked", what, v)
 	default:
 	}
+}
+
+// SyncTest runs f in a testing/synctest bubble, as synctest.Test does, for
+// tests whose communicators run control sessions. smux keeps a
+// process-wide sync.Pool of channels; a channel made in one bubble (or
+// outside any) and reused in another makes the runtime abort ("select on
+// synctest channel from outside bubble"). Two garbage collections empty
+// every sync.Pool, so SyncTest runs them before and after the bubble. Tests
+// that use it must not run in parallel with other tests that start
+// control sessions.
+func SyncTest(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	emptyPools()
+	defer emptyPools()
+	synctest.Test(t, f)
+}
+
+// emptyPools drops every sync.Pool's contents: a garbage collection moves
+// a pool's items to its victim cache, the next one drops them.
+func emptyPools() {
+	runtime.GC()
+	runtime.GC()
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/starcomm/starcomm/comm"
@@ -120,7 +119,7 @@ func MatrixCells() []Cell {
 			cells = append(cells, Cell{k, OpShutdown, side, "between"})
 		}
 	}
-	return append(cells, timeCells()...)
+	return append(append(cells, timeCells()...), liveCells()...)
 }
 
 // observerFault reports whether the fault is a network event seen by the
@@ -219,7 +218,7 @@ func RunMatrix(t *testing.T) {
 	t.Logf("failure matrix: %d cells", len(cells))
 	for _, cell := range cells {
 		t.Run(cell.Name(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			SyncTest(t, func(t *testing.T) {
 				runCell(t, cell, matrixParams{timeout: MatrixTimeout})
 			})
 		})
@@ -237,7 +236,7 @@ const RealClockTimeout = 2 * time.Second
 func RunMatrixRealClock(t *testing.T, accept func(Cell) bool) (times map[faulty.Kind][]time.Duration, closes []time.Duration) {
 	times = map[faulty.Kind][]time.Duration{}
 	for _, cell := range MatrixCells() {
-		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Fault == faulty.Delay || cell.isTimeRow() || cell.When == timeAfterIdle || (accept != nil && !accept(cell)) {
+		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Fault == faulty.Delay || cell.isTimeRow() || cell.isLiveRow() || cell.When == timeAfterIdle || (accept != nil && !accept(cell)) {
 			continue
 		}
 		t.Run(cell.Name(), func(t *testing.T) {
@@ -260,6 +259,10 @@ type matrixParams struct {
 }
 
 func runCell(t *testing.T, cell Cell, p matrixParams) {
+	if cell.isLiveRow() {
+		runLiveCell(t, cell)
+		return
+	}
 	if cell.isTimeRow() {
 		runTimeCell(t, cell, p)
 		return
@@ -283,6 +286,7 @@ func startFaultyWith(t *testing.T, s *faulty.Script, timeout time.Duration) ([]c
 	return StartStar(context.Background(), NewPipeNetwork(), MatrixRanks, func(cfg *star.Config) {
 		cfg.Timeout = timeout
 		cfg.ShutdownTimeout = matrixShutdown
+		cfg.Liveness = -1 // the spec's wire alone: the liveness rows have their own cells
 		if cfg.Listener != nil {
 			cfg.Listener = s.WrapListener(cfg.Listener)
 		}
@@ -590,6 +594,7 @@ func runHandshakeCell(t *testing.T, cell Cell) {
 			defer func() { done <- struct{}{} }()
 			cfg := star.DefaultConfig()
 			cfg.Rank, cfg.Size, cfg.Timeout, cfg.ConnectTimeout, cfg.ShutdownTimeout = r, MatrixRanks, MatrixTimeout, connect, matrixShutdown
+			cfg.Liveness = -1
 			cfg.HandshakeTimeout = 5 * time.Second
 			if r == 0 {
 				cfg.Listener = s.WrapListener(ln)

@@ -81,6 +81,7 @@ func runTimeCell(t *testing.T, cell Cell, p matrixParams) {
 	var exitScript *faulty.Script
 	comms, err := StartStar(context.Background(), NewPipeNetwork(), MatrixRanks, func(cfg *star.Config) {
 		cfg.Timeout, cfg.ShutdownTimeout, cfg.ConnectTimeout = p.timeout, matrixShutdown, matrixConnect
+		cfg.Liveness = -1 // the spec's wire alone
 		if cell.When == timeLateJoin && cfg.Rank == failing {
 			cfg.Dialer = LateDialer{Dialer: cfg.Dialer, Delay: matrixConnect / 2}
 		}

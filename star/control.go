@@ -1,0 +1,357 @@
+package star
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xtaci/smux"
+
+	"github.com/starcomm/starcomm/transport"
+)
+
+// The control session (see the package documentation): its frames,
+// streams and heartbeats.
+
+// TagControl is the first frame of a control connection, in each
+// direction: payload rank u32 BE, size u32 BE. It never appears on a data
+// link.
+const TagControl byte = 0x0C
+
+// controlLen is the payload size of a Control frame.
+const controlLen = 8
+
+// EncodeControl returns the Control frame for rank of a communicator of
+// size ranks.
+func EncodeControl(rank, size int) []byte {
+	b := make([]byte, HeaderSize+controlLen)
+	PutHeader(b, TagControl, controlLen)
+	binary.BigEndian.PutUint32(b[5:9], uint32(rank))
+	binary.BigEndian.PutUint32(b[9:13], uint32(size))
+	return b
+}
+
+// Message kinds on the control session's message stream.
+const (
+	msgAbort byte = 1 // coordinator to worker: an Abort frame's payload
+	msgCall  byte = 2 // worker to coordinator: a collective's fingerprint
+)
+
+// maxMsg bounds a control message's body.
+const maxMsg = MaxAbortReason + 64
+
+// smuxConfig is the smux configuration of every control session: small
+// buffers, and no keep-alive (see above).
+func smuxConfig() *smux.Config {
+	c := smux.DefaultConfig()
+	c.KeepAliveDisabled = true
+	c.MaxFrameSize = 8 << 10
+	c.MaxReceiveBuffer = 1 << 20
+	c.MaxStreamBuffer = 256 << 10
+	return c
+}
+
+// control is one end of a control session.
+type control struct {
+	c     *Comm
+	peer  int
+	conn  transport.Conn
+	sess  *smux.Session
+	hb    *smux.Stream
+	msgs  *smux.Stream
+	heard atomic.Int64 // when the peer last showed life (unix nanoseconds)
+
+	stopped  chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	wmu      sync.Mutex // one writer at a time on msgs
+	wbuf     []byte     // a message being written, under wmu
+	rhdr     [5]byte
+}
+
+// newControl wraps an established session.
+func newControl(c *Comm, peer int, conn transport.Conn, sess *smux.Session, hb, msgs *smux.Stream) *control {
+	ctl := &control{c: c, peer: peer, conn: conn, sess: sess, hb: hb, msgs: msgs, stopped: make(chan struct{})}
+	ctl.heard.Store(time.Now().UnixNano())
+	return ctl
+}
+
+// start runs the heartbeats and, on a worker, the reader of the
+// coordinator's messages.
+func (ctl *control) start() {
+	ctl.wg.Go(ctl.beat)
+	ctl.wg.Go(ctl.listen)
+	if ctl.c.rank != 0 {
+		ctl.wg.Go(ctl.readMessages)
+	}
+}
+
+// stop ends the session and waits for its goroutines.
+func (ctl *control) stop() {
+	ctl.stopOnce.Do(func() {
+		close(ctl.stopped)
+		_ = ctl.sess.Close()
+		_ = ctl.conn.Close()
+	})
+	ctl.wg.Wait()
+}
+
+// isStopped reports whether stop has begun.
+func (ctl *control) isStopped() bool {
+	select {
+	case <-ctl.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// beat writes a heartbeat every Liveness/10 until the session ends.
+func (ctl *control) beat() {
+	live := ctl.c.cfg.Liveness
+	t := time.NewTicker(live / 10)
+	defer t.Stop()
+	var b [1]byte
+	for {
+		select {
+		case <-ctl.stopped:
+			return
+		case <-t.C:
+		}
+		_ = ctl.hb.SetWriteDeadline(time.Now().Add(live))
+		if _, err := ctl.hb.Write(b[:]); err != nil {
+			return // the peer's end notices the silence
+		}
+	}
+}
+
+// listen reads the peer's heartbeats and declares the peer unresponsive
+// once nothing has been heard from it for Liveness, whether the session
+// stays open and silent (a frozen process, a cut link) or ends (the
+// connection closed: the peer's data link will tell more, if it can).
+func (ctl *control) listen() {
+	live := ctl.c.cfg.Liveness
+	var buf [64]byte
+	var lost error
+	for lost == nil {
+		last := time.Unix(0, ctl.heard.Load())
+		_ = ctl.hb.SetReadDeadline(last.Add(live))
+		n, err := ctl.hb.Read(buf[:])
+		switch {
+		case n > 0:
+			ctl.heard.Store(time.Now().UnixNano())
+		case ctl.isStopped():
+			return
+		case err != nil && isTimeout(err):
+			if time.Since(last) >= live {
+				ctl.c.unresponsive(ctl.peer, time.Since(last), nil)
+				return
+			}
+		case err != nil:
+			lost = err
+		}
+	}
+	// The session ended: silence from now on.
+	wait := time.NewTimer(time.Until(time.Unix(0, ctl.heard.Load()).Add(live)))
+	defer wait.Stop()
+	select {
+	case <-ctl.stopped:
+	case <-wait.C:
+		ctl.c.unresponsive(ctl.peer, time.Since(time.Unix(0, ctl.heard.Load())), fmt.Errorf("control connection lost: %w", lost))
+	}
+}
+
+// readMessages reads the coordinator's messages on a worker.
+func (ctl *control) readMessages() {
+	for {
+		kind, body, err := ctl.readMsg(time.Time{})
+		if err != nil {
+			return
+		}
+		ctl.heard.Store(time.Now().UnixNano())
+		if kind == msgAbort {
+			ctl.c.interrupt(parseAbort(0, body))
+		}
+	}
+}
+
+// send writes one message, within until.
+func (ctl *control) send(kind byte, body []byte, until time.Time) error {
+	ctl.wmu.Lock()
+	defer ctl.wmu.Unlock()
+	// One Write, so one smux frame: each Write waits for smux's sender.
+	ctl.wbuf = binary.BigEndian.AppendUint32(ctl.wbuf[:0], uint32(len(body)+1))
+	ctl.wbuf = append(append(ctl.wbuf, kind), body...)
+	_ = ctl.msgs.SetWriteDeadline(until)
+	_, err := ctl.msgs.Write(ctl.wbuf)
+	return err
+}
+
+// readMsg reads one message, within until (zero: no deadline). Its one
+// reader calls it: the worker's readMessages, or the coordinator's
+// collective goroutine (fingerprints).
+func (ctl *control) readMsg(until time.Time) (kind byte, body []byte, err error) {
+	_ = ctl.msgs.SetReadDeadline(until)
+	return ctl.readMsgRaw()
+}
+
+// readMsgRaw is readMsg under whatever read deadline is set.
+func (ctl *control) readMsgRaw() (kind byte, body []byte, err error) {
+	if _, err := io.ReadFull(ctl.msgs, ctl.rhdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := int(binary.BigEndian.Uint32(ctl.rhdr[:4])) - 1
+	if n < 0 || n > maxMsg {
+		return 0, nil, fmt.Errorf("star: control message of %d bytes", n)
+	}
+	body = make([]byte, n)
+	if _, err := io.ReadFull(ctl.msgs, body); err != nil {
+		return 0, nil, err
+	}
+	return ctl.rhdr[4], body, nil
+}
+
+// alive describes how long ago the peer was last heard of, for reports.
+func (ctl *control) alive(now time.Time) string {
+	ago := now.Sub(time.Unix(0, ctl.heard.Load()))
+	if ago < ctl.c.cfg.Liveness/2 {
+		return "alive"
+	}
+	return fmt.Sprintf("silent for %v", ago.Round(time.Millisecond))
+}
+
+// openControl opens a worker's control session (see above), within
+// HandshakeTimeout. An error means the coordinator does not offer one (a
+// spec-only coordinator) or could not be reached again; the worker then
+// goes on without.
+func openControl(ctx context.Context, c *Comm) (*control, error) {
+	cfg := c.cfg
+	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
+	defer cancel()
+	conn, err := cfg.Dialer.Dial(ctx, cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	deadline, _ := ctx.Deadline()
+	l := newLink(0, conn, cfg.HandshakeTimeout)
+	l.until = deadline
+	stop := context.AfterFunc(ctx, func() { l.cancel(ctx.Err()) })
+	defer stop()
+	var payload [controlLen]byte
+	err = l.writeAll(EncodeControl(cfg.Rank, cfg.Size), nil)
+	if err == nil {
+		err = l.readFrame(TagControl, payload[:])
+	}
+	if err == nil && (binary.BigEndian.Uint32(payload[0:4]) != uint32(cfg.Rank) || binary.BigEndian.Uint32(payload[4:8]) != uint32(cfg.Size)) {
+		err = fmt.Errorf("the coordinator answered rank %d of %d", binary.BigEndian.Uint32(payload[0:4]), binary.BigEndian.Uint32(payload[4:8]))
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	sess, err := smux.Client(conn, smuxConfig())
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	hb, err := sess.OpenStream()
+	var msgs *smux.Stream
+	if err == nil {
+		msgs, err = sess.OpenStream()
+	}
+	if err != nil {
+		_ = sess.Close()
+		_ = conn.Close()
+		return nil, err
+	}
+	return newControl(c, 0, conn, sess, hb, msgs), nil
+}
+
+// acceptControl is the coordinator's end of a control connection whose
+// Control frame (rank, size) it has approved: it answers it, runs the
+// smux session and accepts the worker's two streams, within until.
+func acceptControl(l *link, rank, size int, until time.Time) (sess *smux.Session, hb, msgs *smux.Stream, err error) {
+	l.until = until
+	if err := l.writeAll(EncodeControl(rank, size), nil); err != nil {
+		return nil, nil, nil, err
+	}
+	_ = l.conn.SetDeadline(time.Time{})
+	sess, err = smux.Server(l.conn, smuxConfig())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	_ = sess.SetDeadline(until)
+	hb, err = sess.AcceptStream()
+	if err == nil {
+		msgs, err = sess.AcceptStream()
+	}
+	if err != nil {
+		_ = sess.Close()
+		return nil, nil, nil, err
+	}
+	_ = sess.SetDeadline(time.Time{})
+	return sess, hb, msgs, nil
+}
+
+// UnresponsiveError is the cause when a rank's control session stayed
+// silent for the liveness timeout: its process is frozen, its host gone or
+// its network cut (heartbeats come from the process, so a rank busy in its
+// own code keeps sending them). It matches os.ErrDeadlineExceeded in
+// errors.Is.
+type UnresponsiveError struct {
+	// Rank is the silent rank.
+	Rank int
+	// Silence is how long nothing had been heard from it.
+	Silence time.Duration
+	// Lost is set when the control connection itself ended first.
+	Lost error
+	// Workers is set on rank 0 when it names itself: it heard from none
+	// of its Workers workers (its own network was cut, or its process
+	// was frozen).
+	Workers int
+}
+
+func (e *UnresponsiveError) Error() string {
+	s := fmt.Sprintf("rank %d unresponsive: no heartbeat for %v (a frozen process, a dead host or a cut link)", e.Rank, e.Silence.Round(time.Millisecond))
+	if e.Workers > 0 {
+		s = fmt.Sprintf("rank 0 unresponsive: it heard no heartbeat from any of its %d workers for %v (its own link was cut, or its process frozen)", e.Workers, e.Silence.Round(time.Millisecond))
+	}
+	if e.Lost != nil {
+		s += ": " + e.Lost.Error()
+	}
+	return s
+}
+
+// Timeout reports true: no progress for the liveness timeout.
+func (e *UnresponsiveError) Timeout() bool { return true }
+
+// Is matches os.ErrDeadlineExceeded.
+func (e *UnresponsiveError) Is(target error) bool { return isTimeoutTarget(target) }
+
+// Unwrap returns the error that ended the control connection, if any.
+func (e *UnresponsiveError) Unwrap() error { return e.Lost }
+
+// remoteUnresponsive stands for a rank found unresponsive by another rank
+// (an Abort's cause "unresponsive").
+type remoteUnresponsive struct{}
+
+func (remoteUnresponsive) Error() string        { return "unresponsive (seen by another rank)" }
+func (remoteUnresponsive) Timeout() bool        { return true }
+func (remoteUnresponsive) Is(target error) bool { return isTimeoutTarget(target) }
+
+// errNoControl is why a collective cannot use a control session that is
+// not there.
+var errNoControl = errors.New("star: no control session")
+
+// isUnresponsive reports whether an Abort's cause says its sender found
+// the rank it blames unresponsive.
+func isUnresponsive(cause error) bool {
+	_, ok := cause.(remoteUnresponsive)
+	return ok
+}

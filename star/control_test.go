@@ -1,0 +1,630 @@
+package star_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/testkit"
+	"github.com/starcomm/starcomm/transport"
+	"github.com/starcomm/starcomm/transport/faulty"
+	"github.com/starcomm/starcomm/transport/pipe"
+)
+
+// logBuffer collects slog records as text, safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) lines(substr string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// withControl starts size ranks in the current bubble with the control
+// session on, the collective timeout long, and a logger.
+func withControl(t *testing.T, size int, timeout, liveness time.Duration, logs *logBuffer, tweak func(*star.Config)) []comm.Communicator {
+	t.Helper()
+	return inBubble(t, size, func(c *star.Config) {
+		c.Timeout, c.Liveness = timeout, liveness
+		c.StallReport = 30 * time.Second
+		if logs != nil {
+			c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		if tweak != nil {
+			tweak(c)
+		}
+	})
+}
+
+// TestSlowRankIsNotDead: with a collective timeout of an hour and the
+// default liveness (10 s), a rank that computes for 10 minutes between
+// collectives is not failed: its process keeps sending heartbeats. The
+// coordinator reports the stall every 30 s, naming the rank and that it is
+// alive. On the fake clock.
+func TestSlowRankIsNotDead(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		var logs logBuffer
+		comms := withControl(t, 4, time.Hour, 10*time.Second, &logs, nil)
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
+			require.NoError(t, err, "warm-up, rank %d", r)
+		}
+		begin := time.Now()
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			if c.Rank() == 2 {
+				time.Sleep(10 * time.Minute) // computing
+			}
+			out := make([]float64, 2)
+			return comm.Allreduce(ctx, c, []float64{1, 2}, out, comm.Sum)
+		})
+		for r, err := range errs {
+			require.NoError(t, err, "rank %d", r)
+		}
+		took := time.Since(begin)
+		assert.GreaterOrEqual(t, took, 10*time.Minute)
+		assert.Less(t, took, 10*time.Minute+time.Second)
+		reports := logs.lines("collective stalled")
+		assert.GreaterOrEqual(t, len(reports), 19, "a report every 30 s for 10 minutes")
+		assert.Contains(t, reports[0], "allreduce #2 waiting 30s for ranks [2] (0,1,3 arrived); rank 2 alive, last finished #1 30s ago")
+		assert.Empty(t, logs.lines("unresponsive"))
+	})
+}
+
+// TestTimeoutSaysWhatItWaitedFor: when the collective timeout fires, the
+// coordinator's error says what the stall report says: which ranks
+// arrived, which did not, and how the missing one is.
+func TestTimeoutSaysWhatItWaitedFor(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := withControl(t, 4, time.Minute, 10*time.Second, nil, nil)
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			if c.Rank() == 3 {
+				time.Sleep(2 * time.Minute) // computing longer than the timeout
+			}
+			return c.Barrier(ctx)
+		})
+		cf := collectiveFailed(t, errs[0], 3)
+		assert.Regexp(t, `barrier #1 waited 1m0\.\d+s for ranks \[3\] \(0,1,2 arrived\); rank 3 alive, has finished no collective`, cf.Error())
+		assert.ErrorIs(t, errs[0], os.ErrDeadlineExceeded)
+		for _, r := range []int{1, 2} {
+			collectiveFailed(t, errs[r], 3)
+		}
+	})
+}
+
+// desyncCase is one way for ranks to disagree that the wire cannot show.
+type desyncCase struct {
+	name string
+	run  func(ctx context.Context, c comm.Communicator) error
+	want string // the error's text, on every rank
+}
+
+var desyncCases = []desyncCase{
+	{"counts-permuted", func(ctx context.Context, c comm.Communicator) error {
+		counts, displs := []int{1, 2, 1, 1}, []int{0, 1, 3, 4}
+		if c.Rank() == 2 {
+			counts, displs = []int{2, 1, 1, 1}, []int{0, 2, 3, 4}
+		}
+		send := make([]float64, counts[c.Rank()])
+		return comm.Allgatherv(ctx, c, send, make([]float64, 5), counts, displs)
+	}, "collective #1: rank 2 called allgatherv(float64, counts=[2,1,1,1]); ranks 0,1,3 called allgatherv(float64, counts=[1,2,1,1])"},
+	{"type", func(ctx context.Context, c comm.Communicator) error {
+		if c.Rank() == 2 {
+			return comm.Allreduce(ctx, c, make([]int64, 4), make([]int64, 4), comm.Sum)
+		}
+		return comm.Allreduce(ctx, c, make([]float64, 4), make([]float64, 4), comm.Sum)
+	}, "collective #1: rank 2 called allreduce(int64, n=4, sum); ranks 0,1,3 called allreduce(float64, n=4, sum)"},
+	{"root", func(ctx context.Context, c comm.Communicator) error {
+		root := 1
+		if c.Rank() == 3 {
+			root = 3
+		}
+		return comm.Broadcast(ctx, c, make([]float64, 3), root)
+	}, "collective #1: rank 3 called broadcast(float64, n=3, root=3); ranks 0,1,2 called broadcast(float64, n=3, root=1)"},
+	{"op", func(ctx context.Context, c comm.Communicator) error {
+		op := comm.Sum
+		if c.Rank() == 1 {
+			op = comm.Max
+		}
+		return comm.Allreduce(ctx, c, make([]float64, 2), make([]float64, 2), op)
+	}, "collective #1: rank 1 called allreduce(float64, n=2, max); ranks 0,2,3 called allreduce(float64, n=2, sum)"},
+	{"coordinator-differs", func(ctx context.Context, c comm.Communicator) error {
+		if c.Rank() == 0 {
+			return comm.Allreduce(ctx, c, make([]uint64, 2), make([]uint64, 2), comm.BitwiseOr)
+		}
+		return comm.Allreduce(ctx, c, make([]int64, 2), make([]int64, 2), comm.BitwiseOr)
+	}, "collective #1: rank 0 called allreduce(uint64, n=2, bitwise-or); ranks 1,2,3 called allreduce(int64, n=2, bitwise-or)"},
+}
+
+// TestDesyncCheck: with CheckCollectives, every mismatch the wire cannot
+// see (counts permuted with the same total, element types of one size, a
+// broadcast root, a reduce op, the coordinator itself differing) fails
+// every rank with a CollectiveFailedError naming the rank that differs and
+// saying how (a rank that waits for nothing in that collective learns at
+// its next one); the cause is star.ErrDesync.
+func TestDesyncCheck(t *testing.T) {
+	for _, tc := range desyncCases {
+		t.Run("case="+tc.name, func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				comms := withControl(t, 4, time.Minute, 10*time.Second, nil, func(c *star.Config) { c.CheckCollectives = true })
+				defer testkit.CloseAll(comms)
+				awaitControl(t, comms)
+				ctx := context.Background()
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					if err := tc.run(ctx, c); err != nil {
+						return err
+					}
+					// A rank that waits for nothing in this collective (a
+					// worker that believes itself the broadcast root)
+					// completes it, and learns at its next one.
+					return c.Barrier(ctx)
+				})
+				blamed := int(regexp.MustCompile(`rank (\d+) called`).FindStringSubmatch(tc.want)[1][0] - '0')
+				for r, err := range errs {
+					cf := collectiveFailed(t, err, blamed)
+					assert.Contains(t, cf.Error(), tc.want, "rank %d", r)
+					assert.ErrorIs(t, err, star.ErrDesync, "rank %d", r)
+				}
+			})
+		})
+	}
+}
+
+// TestDesyncOffPassesSilently: without the check, counts permuted with the
+// same total pass with wrong results, as the package doc says; with it,
+// the same run fails (TestDesyncCheck). And matching calls pass with it.
+func TestDesyncOffPassesSilently(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := withControl(t, 4, time.Minute, 10*time.Second, nil, nil)
+		defer testkit.CloseAll(comms)
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error { return desyncCases[0].run(context.Background(), c) })
+		for r, err := range errs {
+			assert.NoError(t, err, "rank %d", r)
+		}
+	})
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := withControl(t, 4, time.Minute, 10*time.Second, nil, func(c *star.Config) { c.CheckCollectives = true })
+		defer testkit.CloseAll(comms)
+		awaitControl(t, comms)
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			return testkit.MixedOps(context.Background(), c, 7, 40)
+		})
+		for r, err := range errs {
+			assert.NoError(t, err, "rank %d", r)
+		}
+	})
+}
+
+// awaitControl waits until every worker's control session is up: they
+// open in the background after start-up, in no time on the fake clock,
+// so they are once every goroutine of the bubble is blocked.
+func awaitControl(t *testing.T, _ []comm.Communicator) {
+	t.Helper()
+	synctest.Wait()
+}
+
+// TestSpecOnlyWorker: a worker made of raw spec frames (no control
+// session) beside starcomm workers that have one, through every
+// collective, with the desync check on: the coordinator serves it exactly
+// as the spec says, and checks the others.
+func TestSpecOnlyWorker(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	const size, raw = 4, 2
+	nw := pipe.NewNetwork()
+	ln, err := nw.Listen("coord")
+	require.NoError(t, err)
+	comms := make([]comm.Communicator, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		if r == raw {
+			continue
+		}
+		cfg := star.DefaultConfig()
+		cfg.Rank, cfg.Size, cfg.Timeout, cfg.Liveness, cfg.CheckCollectives = r, size, 10*time.Second, time.Second, true
+		if r == 0 {
+			cfg.Listener = ln
+		} else {
+			cfg.Dialer, cfg.Addr = nw, "coord"
+		}
+		wg.Go(func() { comms[r], errs[r] = newRank(cfg) })
+	}
+	conn, err := nw.Dial(context.Background(), "coord")
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = conn.Write(star.EncodeHandshake(raw, size))
+	require.NoError(t, err)
+	frame := func(tag byte, payload []byte) []byte {
+		b := make([]byte, star.HeaderSize+len(payload))
+		star.PutHeader(b, tag, len(payload))
+		copy(b[star.HeaderSize:], payload)
+		return b
+	}
+	expect := func(tag byte, n int) []byte {
+		t.Helper()
+		got, payload, err := readRawFrame(conn, n)
+		require.NoError(t, err)
+		require.Equal(t, star.TagName(tag), star.TagName(got))
+		require.Len(t, payload, n)
+		return payload
+	}
+	expect(star.TagAck, 4)
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	defer testkit.CloseAll(comms)
+	f64 := func(vs ...float64) []byte { return comm.ViewOf(vs).Bytes }
+
+	ctx := context.Background()
+	var results sync.Map
+	others := func(f func(c comm.Communicator) error) chan error {
+		done := make(chan error, 1)
+		go func() {
+			var live []comm.Communicator
+			for r, c := range comms {
+				if r != raw {
+					live = append(live, c)
+				}
+			}
+			done <- errors.Join(testkit.RunRanks(live, f)...)
+		}()
+		return done
+	}
+	// allgatherv: one value per rank.
+	done := others(func(c comm.Communicator) error {
+		recv := make([]float64, size)
+		err := comm.Allgatherv(ctx, c, []float64{float64(c.Rank())}, recv, []int{1, 1, 1, 1}, []int{0, 1, 2, 3})
+		results.Store(c.Rank(), recv)
+		return err
+	})
+	_, err = conn.Write(frame(star.TagAllgathervSend, f64(2)))
+	require.NoError(t, err)
+	assert.Equal(t, f64(0, 1, 2, 3), expect(star.TagAllgathervRecv, 32))
+	require.NoError(t, <-done)
+	// allreduce sum.
+	done = others(func(c comm.Communicator) error {
+		out := make([]float64, 1)
+		err := comm.Allreduce(ctx, c, []float64{1}, out, comm.Sum)
+		if err == nil && out[0] != 4 {
+			err = errors.New("wrong sum")
+		}
+		return err
+	})
+	_, err = conn.Write(frame(star.TagAllreduceSend, append([]byte{byte(comm.Sum)}, f64(1)...)))
+	require.NoError(t, err)
+	assert.Equal(t, f64(4), expect(star.TagAllreduceRecv, 8))
+	require.NoError(t, <-done)
+	// broadcast from rank 0, then from the raw worker.
+	done = others(func(c comm.Communicator) error {
+		buf := []float64{7}
+		if c.Rank() != 0 {
+			buf[0] = 0
+		}
+		return comm.Broadcast(ctx, c, buf, 0)
+	})
+	assert.Equal(t, f64(7), expect(star.TagBroadcast, 8))
+	require.NoError(t, <-done)
+	done = others(func(c comm.Communicator) error {
+		buf := []float64{0}
+		err := comm.Broadcast(ctx, c, buf, raw)
+		if err == nil && buf[0] != 9 {
+			err = errors.New("wrong broadcast")
+		}
+		return err
+	})
+	_, err = conn.Write(frame(star.TagBroadcast, f64(9)))
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	// barrier.
+	done = others(func(c comm.Communicator) error { return c.Barrier(ctx) })
+	_, err = conn.Write(frame(star.TagBarrierReady, nil))
+	require.NoError(t, err)
+	expect(star.TagBarrierGo, 0)
+	require.NoError(t, <-done)
+	// The coordinator's Close ends it as the spec says.
+	done = others(func(c comm.Communicator) error { return c.Close() })
+	expect(star.TagShutdown, 0)
+	_ = conn.Close()
+	require.NoError(t, <-done)
+	rest, _ := io.ReadAll(conn)
+	assert.Empty(t, rest)
+	_ = binary.BigEndian
+}
+
+// TestControlSessionOpening: with the control session on, each worker
+// dials the coordinator a second time after its Ack and opens with a
+// Control frame (tag 0x0C, its rank and the size), which the coordinator
+// answers with the same frame; smux follows (version 1, a SYN for the
+// first stream). The data link carries exactly the spec's frames. Once
+// every worker has its session the coordinator's port refuses
+// connections. On the fake clock.
+func TestControlSessionOpening(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		ts := &taps{}
+		var addr string
+		var dialer func(context.Context, string) error
+		comms := inBubble(t, 3, func(c *star.Config) {
+			c.Liveness = 10 * time.Second
+			if c.Dialer != nil {
+				d := c.Dialer
+				addr = c.Addr
+				dialer = func(ctx context.Context, a string) error {
+					conn, err := d.Dial(ctx, a)
+					if err == nil {
+						conn.Close()
+					}
+					return err
+				}
+				c.Dialer = ts.dialer(d)
+			}
+		})
+		defer testkit.CloseAll(comms)
+		synctest.Wait() // the control sessions are up
+		ts.mu.Lock()
+		all := append([]*tap(nil), ts.all...)
+		ts.mu.Unlock()
+		require.Len(t, all, 4, "two connections per worker")
+		controls := 0
+		for _, tp := range all {
+			tp.mu.Lock()
+			wrote, read := tp.wrote.Bytes(), tp.read.Bytes()
+			switch {
+			case len(wrote) >= 13 && wrote[4] == star.TagHandshake:
+				assert.Len(t, wrote, 13, "the data link carries the Handshake alone so far")
+			case len(wrote) >= 13 && wrote[4] == star.TagControl:
+				controls++
+				rank := int(binary.BigEndian.Uint32(wrote[5:9]))
+				assert.Equal(t, star.EncodeControl(rank, 3), wrote[:13])
+				require.GreaterOrEqual(t, len(read), 13)
+				assert.Equal(t, star.EncodeControl(rank, 3), read[:13], "the coordinator answers with the same frame")
+				require.Greater(t, len(wrote), 14)
+				assert.Equal(t, []byte{1, 0}, wrote[13:15], "smux version 1, SYN")
+			default:
+				t.Errorf("unexpected connection: wrote % x", wrote)
+			}
+			tp.mu.Unlock()
+		}
+		assert.Equal(t, 2, controls)
+		err := dialer(context.Background(), addr)
+		assert.ErrorIs(t, err, syscall.ECONNREFUSED, "the port closes once every worker has its session")
+	})
+}
+
+// TestListenerWaitsForSpecOnlyWorker: a spec-only worker never opens a
+// control session; the coordinator keeps its port open for one
+// ConnectTimeout after start-up, then closes it. On the fake clock.
+func TestListenerWaitsForSpecOnlyWorker(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		const size, raw = 3, 2
+		nw := pipe.NewNetwork()
+		ln, err := nw.Listen("coord")
+		require.NoError(t, err)
+		comms := make([]comm.Communicator, size)
+		errs := make([]error, size)
+		var wg sync.WaitGroup
+		for r := range size {
+			if r == raw {
+				continue
+			}
+			cfg := star.DefaultConfig()
+			cfg.Rank, cfg.Size, cfg.Liveness, cfg.ConnectTimeout = r, size, time.Second, 5*time.Second
+			if r == 0 {
+				cfg.Listener = ln
+			} else {
+				cfg.Dialer, cfg.Addr = nw, "coord"
+			}
+			wg.Go(func() { comms[r], errs[r] = newRank(cfg) })
+		}
+		conn, err := nw.Dial(context.Background(), "coord")
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = conn.Write(star.EncodeHandshake(raw, size))
+		require.NoError(t, err)
+		tag, _, err := readRawFrame(conn, 4)
+		require.NoError(t, err)
+		require.Equal(t, star.TagName(star.TagAck), star.TagName(tag))
+		wg.Wait()
+		require.NoError(t, errors.Join(errs...))
+		start := time.Now()
+		synctest.Wait()
+		probe, err := nw.Dial(context.Background(), "coord")
+		require.NoError(t, err, "open while a worker may still open its session")
+		probe.Close()
+		time.Sleep(5*time.Second - time.Since(start) - time.Millisecond)
+		synctest.Wait()
+		probe, err = nw.Dial(context.Background(), "coord")
+		require.NoError(t, err, "still open just before ConnectTimeout")
+		probe.Close()
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		_, err = nw.Dial(context.Background(), "coord")
+		assert.ErrorIs(t, err, syscall.ECONNREFUSED, "closed once ConnectTimeout has passed")
+		// The raw worker answers the coordinator's Close as the spec says.
+		done := make(chan error, 1)
+		go func() {
+			done <- errors.Join(testkit.RunRanks(comms[:2], func(c comm.Communicator) error { return c.Close() })...)
+		}()
+		tag, _, err = readRawFrame(conn, 0)
+		require.NoError(t, err)
+		require.Equal(t, star.TagName(star.TagShutdown), star.TagName(tag))
+		conn.Close()
+		require.NoError(t, <-done)
+	})
+}
+
+// TestOutOfBandAbort: rank 1 is in the middle of writing a 4 MiB frame
+// that rank 0 has stopped reading (its end hangs), when rank 2 crashes in
+// the same allgatherv. With the control session, rank 0's Abort reaches
+// rank 1 over it at once, and rank 1 fails naming rank 2, though its data
+// link is stuck mid-frame. Without it, rank 1 learns only when rank 0
+// gives up on the link, ShutdownTimeout later, and then only that rank 0
+// closed the link. On the fake clock, with a collective timeout of an
+// hour.
+func TestOutOfBandAbort(t *testing.T) {
+	for _, live := range []time.Duration{10 * time.Second, -1} {
+		t.Run(fmt.Sprintf("liveness=%v", live), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				const size, n = 3, 512 << 10 // float64s: 4 MiB
+				s := faulty.NewScript(
+					faulty.Fault{Kind: faulty.Hang, Rank: 0, Link: 1, Dir: faulty.Read, Frame: 1, Offset: 64 << 10},
+					faulty.Fault{Kind: faulty.Crash, Rank: 2, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 100, WholeRank: true},
+				)
+				comms := inBubble(t, size, func(c *star.Config) {
+					c.Timeout, c.Liveness, c.ShutdownTimeout = time.Hour, live, 5*time.Second
+					if c.Listener != nil {
+						c.Listener = s.WrapListener(c.Listener)
+					}
+					if c.Dialer != nil {
+						c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+					}
+				})
+				defer testkit.CloseAll(comms)
+				synctest.Wait() // the control sessions are up
+				counts, displs := []int{n, n, n}, []int{0, n, 2 * n}
+				took := make([]time.Duration, size)
+				begin := time.Now()
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					err := comm.Allgatherv(context.Background(), c, make([]float64, n), make([]float64, size*n), counts, displs)
+					took[c.Rank()] = time.Since(begin)
+					return err
+				})
+				var cf *comm.CollectiveFailedError
+				require.ErrorAs(t, errs[1], &cf)
+				if live > 0 {
+					assert.Equal(t, 2, cf.Rank, "rank 1 names the crashed rank: %v", errs[1])
+					assert.Zero(t, took[1], "rank 1 learns at once")
+					assert.ErrorIs(t, errs[1], io.ErrUnexpectedEOF, "the crash's cause travels with the Abort")
+				} else {
+					assert.GreaterOrEqual(t, took[1], 5*time.Second, "without the control session: %v", errs[1])
+				}
+				collectiveFailed(t, errs[0], 2)
+			})
+		})
+	}
+}
+
+// retryDialer dials nw, trying again every 10 ms while nobody listens, as
+// the TCP dialer does.
+func retryDialer(nw *pipe.Network) transport.Dialer {
+	return transport.DialerFunc(func(ctx context.Context, addr string) (transport.Conn, error) {
+		for {
+			conn, err := nw.Dial(ctx, addr)
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				return conn, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})
+}
+
+// TestNextJobOnSamePort: a job's coordinator keeps its port open after
+// start-up while it waits for control sessions (here a worker that opens
+// none). A worker of the next job on the same port that reaches it is
+// refused with cause "running" and tries again: once the first job ends
+// and the next one's coordinator listens, it joins. With no next
+// coordinator, it fails once ConnectTimeout is over, saying why. On the
+// fake clock.
+func TestNextJobOnSamePort(t *testing.T) {
+	for _, next := range []bool{true, false} {
+		t.Run(fmt.Sprintf("next=%v", next), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				nw := pipe.NewNetwork()
+				var logs logBuffer
+				startJob := func(size int, liveness []time.Duration) []comm.Communicator {
+					ln, err := nw.Listen("coord")
+					require.NoError(t, err)
+					comms := make([]comm.Communicator, size)
+					errs := make([]error, size)
+					var wg sync.WaitGroup
+					for r := range size {
+						cfg := star.DefaultConfig()
+						cfg.Rank, cfg.Size, cfg.Liveness = r, size, liveness[r]
+						if r == 0 {
+							cfg.Listener = ln
+							cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+						} else {
+							cfg.Dialer, cfg.Addr = retryDialer(nw), "coord"
+						}
+						wg.Go(func() { comms[r], errs[r] = newRank(cfg) })
+					}
+					wg.Wait()
+					require.NoError(t, errors.Join(errs...))
+					return comms
+				}
+				first := startJob(2, []time.Duration{10 * time.Second, -1})
+				// A worker of the next job, rank 1 of 2.
+				cfg := star.DefaultConfig()
+				cfg.Rank, cfg.Size, cfg.Dialer, cfg.Addr, cfg.ConnectTimeout = 1, 2, retryDialer(nw), "coord", 5*time.Second
+				type result struct {
+					c   comm.Communicator
+					err error
+				}
+				joined := make(chan result, 1)
+				go func() {
+					c, err := newRank(cfg)
+					joined <- result{c, err}
+				}()
+				time.Sleep(time.Second)
+				synctest.Wait()
+				require.Empty(t, joined, "the worker must not join a running job")
+				assert.NotEmpty(t, logs.lines("is running"), "the running coordinator refused it")
+				require.NoError(t, errors.Join(testkit.RunRanks(first, func(c comm.Communicator) error { return c.Close() })...))
+				if !next {
+					res := <-joined
+					require.Error(t, res.err)
+					assert.ErrorContains(t, res.err, "already running")
+					return
+				}
+				ln, err := nw.Listen("coord")
+				require.NoError(t, err)
+				c0 := star.DefaultConfig()
+				c0.Rank, c0.Size, c0.Listener = 0, 2, ln
+				coord, err := newRank(c0)
+				require.NoError(t, err)
+				res := <-joined
+				require.NoError(t, res.err)
+				second := []comm.Communicator{coord, res.c}
+				require.NoError(t, errors.Join(testkit.RunRanks(second, func(c comm.Communicator) error { return c.Barrier(context.Background()) })...))
+				require.NoError(t, testkit.CloseAll(second))
+			})
+		})
+	}
+}

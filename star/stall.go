@@ -1,0 +1,134 @@
+package star
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// The coordinator knows, for every collective, which workers' frames have
+// arrived and which workers have taken the result, and when each worker
+// last finished a collective. While a collective waits longer than
+// Config.StallReport it logs that, repeating every StallReport:
+//
+//	allgatherv #57 waiting 30s for ranks [3] (0,1,2 arrived); rank 3 alive, last finished #56 31s ago
+//
+// and when the collective timeout fires, the error says the same. The
+// bookkeeping is a few atomic stores per link per collective.
+
+// atomicSeq is a collective's number, shared with the stall monitor.
+type atomicSeq = atomic.Uint64
+
+// atomicTime is a time shared with the stall monitor.
+type atomicTime struct{ ns atomic.Int64 }
+
+func (t *atomicTime) Store(v time.Time) { t.ns.Store(v.UnixNano()) }
+func (t *atomicTime) Load() time.Time   { return time.Unix(0, t.ns.Load()) }
+
+// progress is a link's part of the bookkeeping, on the coordinator.
+type progress struct {
+	arrived atomicSeq // the last collective whose frame from the worker arrived
+	done    atomicSeq // the last collective the worker took the result of
+	doneAt  atomicTime
+}
+
+// arrive records that l's frame of collective seq arrived.
+func (l *link) arrive(seq uint64) { l.prog.arrived.Store(seq) }
+
+// deliver records that l's worker has the result of collective seq.
+func (l *link) deliver(seq uint64, now time.Time) {
+	l.prog.done.Store(seq)
+	l.prog.doneAt.Store(now)
+}
+
+// stallMonitor logs stalls until stopped.
+func (co *coordinator) stallMonitor() {
+	every := co.c.cfg.StallReport
+	tick := time.NewTicker(max(every/4, time.Millisecond))
+	defer tick.Stop()
+	var reported uint64      // the collective last reported
+	var reportedAt time.Time // when
+	for {
+		select {
+		case <-co.quit:
+			return
+		case now := <-tick.C:
+			seq, op, start, running := co.c.current()
+			if !running || now.Sub(start) < every || (seq == reported && now.Sub(reportedAt) < every) {
+				continue
+			}
+			reported, reportedAt = seq, now
+			co.c.log(slog.LevelWarn, "collective stalled", "report", co.stall(seq, op, start, now, "waiting"))
+		}
+	}
+}
+
+// current returns the running collective's number, name and start.
+func (c *Comm) current() (seq uint64, op string, start time.Time, running bool) {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return c.seq, c.op, c.opStart, c.running
+}
+
+// stall describes what collective seq (op, begun at start) is waiting
+// for at now: the workers whose frame has not arrived, or, once all have,
+// those that have not taken the result, with how each is.
+func (co *coordinator) stall(seq uint64, op string, start, now time.Time, verb string) string {
+	var missing, there []int
+	phase := "arrived"
+	for _, l := range co.workers {
+		if l.prog.arrived.Load() != seq {
+			missing = append(missing, l.peer)
+		}
+	}
+	if len(missing) == 0 {
+		phase = "took the result"
+		for _, l := range co.workers {
+			if l.prog.done.Load() != seq {
+				missing = append(missing, l.peer)
+			}
+		}
+	}
+	in := map[int]bool{}
+	for _, r := range missing {
+		in[r] = true
+	}
+	for r := 0; r < co.c.size; r++ {
+		if !in[r] {
+			there = append(there, r)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s #%d %s %v for ranks %v", op, seq, verb, now.Sub(start).Round(time.Millisecond), missing)
+	if phase == "took the result" {
+		b.WriteString(" to take the result")
+	}
+	fmt.Fprintf(&b, " (%s %s)", joinRanks(there), phase)
+	for _, r := range missing {
+		l := co.byRank[r]
+		fmt.Fprintf(&b, "; rank %d ", r)
+		if ctl := l.ctl.Load(); ctl != nil {
+			b.WriteString(ctl.alive(now))
+		} else {
+			b.WriteString("(no control session)")
+		}
+		if d := l.prog.done.Load(); d > 0 {
+			fmt.Fprintf(&b, ", last finished #%d %v ago", d, now.Sub(l.prog.doneAt.Load()).Round(time.Millisecond))
+		} else {
+			b.WriteString(", has finished no collective")
+		}
+	}
+	return b.String()
+}
+
+// joinRanks writes ranks as "0,1,2".
+func joinRanks(ranks []int) string {
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = strconv.Itoa(r)
+	}
+	return strings.Join(s, ",")
+}

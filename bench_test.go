@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/star"
 	"github.com/starcomm/starcomm/testkit"
 	"github.com/starcomm/starcomm/transport"
 )
@@ -265,4 +266,44 @@ func rawStar(b *testing.B, nw testkit.Network, ranks int) [][]transport.Conn {
 		}
 	})
 	return conns
+}
+
+// BenchmarkControlSession measures what the control session costs small
+// collectives (allreduce of 32 bytes, barrier) at 4 ranks over TCP: off
+// (Liveness < 0, the spec's wire alone), on (heartbeats and out-of-band
+// Aborts, the default), and on with the desync check (CheckCollectives:
+// one fingerprint per rank per collective).
+func BenchmarkControlSession(b *testing.B) {
+	modes := []struct {
+		name  string
+		tweak func(*star.Config)
+	}{
+		{"off", func(c *star.Config) { c.Liveness = -1 }},
+		{"on", nil},
+		{"check", func(c *star.Config) { c.CheckCollectives = true }},
+	}
+	const ranks = 4
+	for _, op := range []string{"allreduce-32B", "barrier"} {
+		for _, m := range modes {
+			b.Run(fmt.Sprintf("op=%s/control=%s", op, m.name), func(b *testing.B) {
+				comms, err := testkit.StartStar(context.Background(), testkit.NewTCPNetwork(), ranks, m.tweak)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = testkit.CloseAll(comms) })
+				sends, recvs := make([][]float64, ranks), make([][]float64, ranks)
+				for r := range ranks {
+					sends[r], recvs[r] = make([]float64, 4), make([]float64, 4)
+				}
+				b.ReportAllocs()
+				ctx := context.Background()
+				runAll(b, comms, func(c comm.Communicator) error {
+					if op == "barrier" {
+						return c.Barrier(ctx)
+					}
+					return comm.Allreduce(ctx, c, sends[c.Rank()], recvs[c.Rank()], comm.Sum)
+				})
+			})
+		}
+	}
 }

@@ -86,6 +86,9 @@ func chaosChild(mode string) int {
 	if timingModes[mode] {
 		return timingChild(mode)
 	}
+	if mode == "slow" {
+		return slowChild()
+	}
 	if mode == "stall" {
 		fmt.Println("BOOT")
 		time.Sleep(chaosChildLimit)
@@ -319,14 +322,26 @@ func startChaos(t *testing.T, ctx context.Context, modes []string, env ...string
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	port := freePort(t)
+	return startChaosCmds(t, modes, func(r int) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, exe)
+		cmd.Env = append(os.Environ(),
+			"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_BIND_ADDR=127.0.0.1",
+			"COBRE_TCP_PORT="+strconv.Itoa(port))
+		return cmd
+	}, env...)
+}
+
+// startChaosCmds is startChaos with each rank's command (and its
+// environment but the mode, rank, size and env) from command.
+func startChaosCmds(t *testing.T, modes []string, command func(r int) *exec.Cmd, env ...string) []*chaosProc {
+	t.Helper()
 	procs := make([]*chaosProc, len(modes))
 	for r, mode := range modes {
 		p := &chaosProc{rank: r, lines: make(chan chaosLine, 256), exited: make(chan struct{})}
-		cmd := exec.CommandContext(ctx, exe)
-		cmd.Env = append(os.Environ(),
+		cmd := command(r)
+		cmd.Env = append(cmd.Env,
 			envChaosChild+"="+mode,
-			"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_BIND_ADDR=127.0.0.1",
-			"COBRE_TCP_PORT="+strconv.Itoa(port), "COBRE_TCP_RANK="+strconv.Itoa(r), "COBRE_TCP_SIZE="+strconv.Itoa(len(modes)),
+			"COBRE_TCP_RANK="+strconv.Itoa(r), "COBRE_TCP_SIZE="+strconv.Itoa(len(modes)),
 			"GORACE=atexit_sleep_ms=0")
 		cmd.Env = append(cmd.Env, env...)
 		inR, inW, err := os.Pipe()

@@ -3,6 +3,7 @@ package starcomm
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"reflect"
@@ -33,6 +34,16 @@ const (
 	// rank polls its TCP links for a small frame before parking
 	// (star.Config.Spin; 0 turns polling off).
 	EnvSpinUS = "COBRE_TCP_SPIN_US"
+	// EnvLivenessSecs is starcomm's addition: the liveness timeout of the
+	// control session, in seconds (star.Config.Liveness; 0 turns the
+	// control session off).
+	EnvLivenessSecs = "COBRE_TCP_LIVENESS_SECS"
+	// EnvLog is the level of the library's log (stall reports, liveness
+	// events) on standard error: off, error, warn, info or debug.
+	EnvLog = "COBRE_LOG"
+	// EnvDebug turns on the checks that cost time: "detail" compares every
+	// rank's arguments to every collective (star.Config.CheckCollectives).
+	EnvDebug = "COBRE_DEBUG"
 	// EnvErrorFile names the file where this rank records its first
 	// failure for its launcher (Config.ErrorFile).
 	EnvErrorFile = errfile.Env
@@ -93,6 +104,24 @@ type Config struct {
 	// failure for its launcher (COBRE_ERROR_FILE; empty: no file). See
 	// package internal/errfile.
 	ErrorFile string
+	// Liveness is the control session's liveness timeout: a rank silent
+	// this long (a frozen process, a dead host, a cut link) is declared
+	// dead, however long Timeout is (COBRE_TCP_LIVENESS_SECS, default
+	// star.DefaultConfig's, 10 s; 0 turns the control session off). See
+	// star.Config.Liveness.
+	Liveness time.Duration
+	// Log is the level of the library's log on standard error: off (the
+	// default), error, warn, info or debug (COBRE_LOG). Logger, when set,
+	// is used instead.
+	Log string
+	// Logger, if set, receives the library's log records (stall reports,
+	// liveness events) instead of the standard error logger Log configures.
+	Logger *slog.Logger
+	// Debug is off (the default) or detail: every collective's arguments
+	// are then compared across ranks, and a mismatch the wire cannot show
+	// fails every rank, naming the one that differs (COBRE_DEBUG). See
+	// star.Config.CheckCollectives.
+	Debug string
 	// Listening, if set, is called on rank 0 with the port it listens on
 	// (useful with Port 0) before it waits for workers.
 	Listening func(port int)
@@ -112,7 +141,32 @@ func DefaultConfig() Config {
 		BindAddr:       tc.BindAddr,
 		ConnectTimeout: sc.ConnectTimeout,
 		Spin:           sc.Spin,
+		Liveness:       sc.Liveness,
+		Log:            LogOff,
+		Debug:          DebugOff,
 	}
+}
+
+// Values of COBRE_LOG and COBRE_DEBUG.
+const (
+	LogOff      = "off"
+	DebugOff    = "off"
+	DebugDetail = "detail"
+)
+
+// logLevels maps COBRE_LOG's values to slog levels.
+var logLevels = map[string]slog.Level{"error": slog.LevelError, "warn": slog.LevelWarn, "info": slog.LevelInfo, "debug": slog.LevelDebug}
+
+// logger returns the Logger c configures, or nil when logging is off.
+func (c Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	level, ok := logLevels[strings.ToLower(c.Log)]
+	if !ok {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
 // InvalidConfigurationError reports a configuration value that is set but

@@ -47,11 +47,12 @@ func TestConfigAllVariables(t *testing.T) {
 		"COBRE_COMM_BACKEND": "TCP", "COBRE_TCP_COORDINATOR": "10.0.0.1", "COBRE_TCP_PORT": "4000",
 		"COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "8", "COBRE_TCP_TIMEOUT_SECS": "2.5",
 		"COBRE_TCP_BIND_ADDR": "127.0.0.1", "COBRE_TCP_CONNECT_TIMEOUT_MS": "1500", "COBRE_TCP_SPIN_US": "150",
+		"COBRE_TCP_LIVENESS_SECS": "2.5", "COBRE_LOG": "WARN", "COBRE_DEBUG": "detail",
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, starcomm.Config{Backend: "tcp", Coordinator: "10.0.0.1", Port: 4000, Rank: 0, Size: 8,
 		Timeout: 2500 * time.Millisecond, BindAddr: "127.0.0.1", ConnectTimeout: 1500 * time.Millisecond,
-		Spin: 150 * time.Microsecond}, cfg)
+		Spin: 150 * time.Microsecond, Liveness: 2500 * time.Millisecond, Log: "warn", Debug: "detail"}, cfg)
 }
 
 // TestConfigCoordinatorNeedsNoAddress: rank 0 with backend tcp does not
@@ -411,8 +412,8 @@ func TestConfigUnknownVariables(t *testing.T) {
 			msg: "starcomm: unknown variable cobre_tcp_size: did you mean COBRE_TCP_SIZE?"},
 		{env: []string{"COBRE_XYZZY_PLUGH=1"}, unknown: "COBRE_XYZZY_PLUGH",
 			msg: "starcomm: unknown variable COBRE_XYZZY_PLUGH: not a starcomm variable (known: COBRE_COMM_BACKEND, COBRE_TCP_COORDINATOR, COBRE_TCP_PORT, " +
-				"COBRE_TCP_RANK, COBRE_TCP_SIZE, COBRE_TCP_TIMEOUT_SECS, COBRE_TCP_BIND_ADDR, COBRE_TCP_CONNECT_TIMEOUT_MS, COBRE_SHM_NAME, COBRE_TCP_SPIN_US, COBRE_ERROR_FILE)"},
-		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_DEBUG=1"}, unknown: "COBRE_DEBUG"},
+				"COBRE_TCP_RANK, COBRE_TCP_SIZE, COBRE_TCP_TIMEOUT_SECS, COBRE_TCP_BIND_ADDR, COBRE_TCP_CONNECT_TIMEOUT_MS, COBRE_SHM_NAME, COBRE_TCP_SPIN_US, COBRE_TCP_LIVENESS_SECS, COBRE_LOG, COBRE_DEBUG, COBRE_ERROR_FILE)"},
+		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_VERBOSE=1"}, unknown: "COBRE_VERBOSE"},
 	}
 	for _, tc := range cases {
 		t.Run(envCase(tc.env), func(t *testing.T) {
@@ -598,7 +599,7 @@ func TestConfigVariableTable(t *testing.T) {
 	names, fields := starcomm.VariableFields()
 	var want []string
 	for f := range reflect.TypeFor[starcomm.Config]().Fields() {
-		if f.Name != "Listening" {
+		if f.Name != "Listening" && f.Name != "Logger" { // Go only
 			want = append(want, f.Name)
 		}
 	}

@@ -35,6 +35,12 @@ var variables = []variable{
 		meaning: "selects the shm backend under `auto` (not implemented yet: `BackendNotAvailableError`)"},
 	{name: EnvSpinUS, field: "Spin", reads: tcpOnly, check: rule(func(c Config) bool { return c.Spin >= 0 }, "must be zero (no polling) or positive"), codec: wholeDuration(time.Microsecond, 0, 1_000_000, "must be a number of microseconds in 0..1000000 (0: no polling)", func(c *Config) *time.Duration { return &c.Spin }),
 		meaning: "starcomm's addition: microseconds a rank polls its TCP links for a small frame (payload <= 256 KiB) before it parks, 0..1000000; 0 turns polling off. See \"Performance\""},
+	{name: EnvLivenessSecs, field: "Liveness", reads: tcpOnly, check: rule(func(c Config) bool { return c.Liveness >= 0 }, "must be zero (off) or positive"), codec: secondsOrOff(func(c *Config) *time.Duration { return &c.Liveness }),
+		meaning: "starcomm's addition: the liveness timeout, in seconds (decimals allowed; 0 turns the control session off). Each worker keeps a control session (over smux) beside its data link, with heartbeats every tenth of this; a rank silent this long (a frozen process, a dead host, a cut link) is declared dead and every rank's current or next collective fails naming it, however long `COBRE_TCP_TIMEOUT_SECS` is. See \"Liveness and debugging\""},
+	{name: EnvLog, field: "Log", check: oneOf(func(c Config) string { return c.Log }, LogOff, "error", "warn", "info", "debug"), codec: choice([]string{LogOff, "error", "warn", "info", "debug"}, func(c *Config) *string { return &c.Log }),
+		meaning: "starcomm's addition: the level of the library's log on standard error: `off`, `error`, `warn` (stall reports: what a waiting collective waits for), `info` or `debug` (control sessions)"},
+	{name: EnvDebug, field: "Debug", reads: tcpOnly, check: debugNeedsControl, codec: choice([]string{DebugOff, DebugDetail}, func(c *Config) *string { return &c.Debug }),
+		meaning: "starcomm's addition: `detail` compares every rank's arguments to every collective (operation, element type, counts or length, root, reduce op) before its data, and fails every rank, naming the one that differs, on a mismatch the wire cannot show; it costs a message per rank per collective"},
 	{name: EnvErrorFile, field: "ErrorFile", codec: text(func(c *Config) *string { return &c.ErrorFile }),
 		meaning: "file where this rank records its first failure (one JSON record) for its launcher, which then names the root cause; unset: no file. The launchers set one per rank"},
 }
@@ -192,7 +198,62 @@ func seconds(f func(*Config) *time.Duration) codec {
 	}
 }
 
+// secondsOrOff is a number of seconds, decimals allowed, up to a year, or 0
+// for off.
+func secondsOrOff(f func(*Config) *time.Duration) codec {
+	on := seconds(f)
+	return codec{
+		parse: func(c *Config, v string) error {
+			if secs, err := strconv.ParseFloat(v, 64); err == nil && secs == 0 {
+				*f(c) = 0
+				return nil
+			}
+			if err := on.parse(c, v); err != nil {
+				return notAllowed(string(err.(notAllowed)) + " (0 turns it off)")
+			}
+			return nil
+		},
+		show: on.show,
+	}
+}
+
+// choice is one of values, in any letter case.
+func choice(values []string, f func(*Config) *string) codec {
+	return codec{
+		parse: func(c *Config, v string) error {
+			v = strings.ToLower(v)
+			if !slices.Contains(values, v) {
+				return notAllowed("must be one of " + strings.Join(values, ", "))
+			}
+			*f(c) = v
+			return nil
+		},
+		show: func(c Config) string { return *f(&c) },
+	}
+}
+
 // Validate's checks of single fields.
+
+// oneOf checks that a string field is empty (the default) or one of values.
+func oneOf(field func(Config) string, values ...string) func(string, Config) string {
+	return func(_ string, c Config) string {
+		if v := strings.ToLower(field(c)); v != "" && !slices.Contains(values, v) {
+			return "must be one of " + strings.Join(values, ", ")
+		}
+		return ""
+	}
+}
+
+// debugNeedsControl: the collective check runs over the control session.
+func debugNeedsControl(b string, c Config) string {
+	if msg := oneOf(func(c Config) string { return c.Debug }, DebugOff, DebugDetail)(b, c); msg != "" {
+		return msg
+	}
+	if strings.EqualFold(c.Debug, DebugDetail) && c.Liveness == 0 {
+		return "detail needs the control session, which " + EnvLivenessSecs + "=0 turns off"
+	}
+	return ""
+}
 
 func portInRange(_ string, c Config) string {
 	if c.Port < 0 || c.Port > 65535 || (c.Port == 0 && c.Rank != 0) {

@@ -86,6 +86,12 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	sc.Timeout = cfg.Timeout
 	sc.ConnectTimeout = cfg.ConnectTimeout
 	sc.Spin = cfg.Spin
+	sc.Liveness = cfg.Liveness
+	if sc.Liveness == 0 {
+		sc.Liveness = -1 // COBRE_TCP_LIVENESS_SECS=0: no control session
+	}
+	sc.Logger = cfg.logger()
+	sc.CheckCollectives = strings.EqualFold(cfg.Debug, DebugDetail)
 	if cfg.ErrorFile != "" {
 		sc.OnFailure = func(f star.Failure) { recordFailure(cfg.ErrorFile, f, cfg.Size) }
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +121,10 @@ type Comm struct {
 	regions atomic.Uint64 // regions created, for their file names
 }
 
+// liveComms counts this process's open communicators: more than one only
+// when ranks run as goroutines of one process.
+var liveComms atomic.Int32
+
 type failureRecord struct {
 	err    error
 	blamed int
@@ -168,6 +173,7 @@ func New(ctx context.Context, cfg CommConfig) (*Comm, error) {
 		return startFail(blamed, err)
 	}
 	c.watch = w
+	liveComms.Add(1)
 	return c, nil
 }
 
@@ -411,6 +417,11 @@ func (c *Comm) waitSlow(ctx context.Context, q int, want uint64) error {
 			return errStop
 		}
 		if now.Sub(start) < yieldFor {
+			// When ranks are goroutines of one process (tests), let the
+			// others run on this P first; then other processes.
+			if liveComms.Load() > 1 {
+				runtime.Gosched()
+			}
 			schedYield()
 			continue
 		}
@@ -737,5 +748,6 @@ func (c *Comm) Close() error {
 	c.watch.stop()
 	c.seg.leave()
 	c.seg.unmap()
+	liveComms.Add(-1)
 	return nil
 }

@@ -83,9 +83,12 @@ func unpackAbort(w uint64) (blamed, reporter int, cause, op uint8) {
 	return int(w&0xffff) - 1, int(w>>16&0xffff) - 1, uint8(w >> 32), uint8(w >> 40)
 }
 
-// Chunk header fields (offsets in a half).
+// A collective's header: what a rank writes at the first step G of a
+// collective, in slot G mod 2 of its control block, on the cache line of
+// its progress counter (a peer that sees the progress reads the header
+// with it). Fields, as offsets in the slot:
 const (
-	chG     = 0  // uint64: the global step the half holds
+	chG     = 0  // uint64: the global step
 	chOp    = 8  // uint8
 	chDType = 9  // uint8
 	chRedOp = 10 // uint8
@@ -105,6 +108,10 @@ type Comm struct {
 
 	// g is the next global step; only the collective goroutine uses it.
 	g uint64
+	// seen is 1 + the last step at which this rank saw every peer publish
+	// its chunk (0: none): a peer that published step G-1 has consumed
+	// step G-2, so step G need not wait for it.
+	seen uint64
 	// active is held by a running collective and by Close, which waits for
 	// the collective it interrupts to return before unmapping.
 	active sync.Mutex
@@ -403,6 +410,11 @@ func (c *Comm) waitSlow(ctx context.Context, q int, want uint64) error {
 			return errStop
 		}
 		if st := atomic.LoadUint32(s.slotState(q)); st == slotClosed {
+			// q publishes its last progress before it closes: read it
+			// again, it may have finished this step just before.
+			if atomic.LoadUint64(p) >= want {
+				return nil
+			}
 			c.raise(op, q, causeClosed, fmt.Sprintf("rank %d closed its communicator while rank %d waited for it in %s", q, c.rank, opName(op)))
 			return errStop
 		}
@@ -453,7 +465,7 @@ func (c *Comm) slowest(q int) int {
 // stepBegin starts global step G: it waits until every peer has consumed
 // step G-2, whose half G uses again.
 func (c *Comm) stepBegin(ctx context.Context, G uint64) error {
-	if G < 2 {
+	if G < 2 || c.seen >= G {
 		return nil
 	}
 	for q := range c.size {
@@ -471,14 +483,17 @@ func (c *Comm) halfOf(r int, G uint64) int { return c.seg.half(r, int(G&1)) }
 
 // data returns n bytes of the data area of rank r's half for step G.
 func (c *Comm) data(r int, G uint64, n int) []byte {
-	off := c.halfOf(r, G) + chunkHdr
+	off := c.halfOf(r, G)
 	return c.seg.mem[off : off+n : off+n]
 }
 
-// writeHeader writes this rank's chunk header for the first step G of a
+// hdrOf returns the offset of rank r's header slot for step G.
+func (c *Comm) hdrOf(r int, G uint64) int { return c.seg.ctl(r) + cHdr + int(G&1)*hdrSize }
+
+// writeHeader writes this rank's header for the first step G of a
 // collective.
 func (c *Comm) writeHeader(G uint64, op, dt, redop uint8, root int, bytes int) {
-	off := c.halfOf(c.rank, G)
+	off := c.hdrOf(c.rank, G)
 	s := c.seg
 	*s.u64(off + chG) = G
 	s.mem[off+chOp], s.mem[off+chDType], s.mem[off+chRedOp] = op, dt, redop
@@ -486,9 +501,9 @@ func (c *Comm) writeHeader(G uint64, op, dt, redop uint8, root int, bytes int) {
 	*s.u64(off + chBytes) = uint64(bytes)
 }
 
-// header reads rank q's chunk header for step G.
+// header reads rank q's header for step G.
 func (c *Comm) header(q int, G uint64) (g uint64, op, dt, redop uint8, root int, bytes int) {
-	off := c.halfOf(q, G)
+	off := c.hdrOf(q, G)
 	s := c.seg
 	return *s.u64(off + chG), s.mem[off+chOp], s.mem[off+chDType], s.mem[off+chRedOp],
 		int(*(*int32)(s.ptr(off + chRoot))), int(*s.u64(off + chBytes))
@@ -571,10 +586,12 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 			c.writeHeader(G, opAllgatherv, uint8(send.Type), 0, 0, mine)
 		}
 		c.post(2*G + 1)
+		all := true
 		for i := 1; i < c.size; i++ {
 			q := (c.rank + i) % c.size
 			qb := counts[q] * es
 			if s > 0 && lo >= qb {
+				all = false
 				continue
 			}
 			if err := c.wait(ctx, q, 2*G+1); err != nil {
@@ -590,6 +607,9 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 				off := displs[q]*es + lo
 				copy(recv.Bytes[off:off+hi-lo], c.data(q, G, hi-lo))
 			}
+		}
+		if all {
+			c.seen = G + 1
 		}
 		c.post(2*G + 2)
 	}
@@ -645,6 +665,7 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 				comm.Reduce(send.Type, op, acc, src)
 			}
 		}
+		c.seen = G + 1
 		c.post(2*G + 2)
 	}
 	c.g += uint64(n)
@@ -722,6 +743,7 @@ func (c *Comm) Barrier(ctx context.Context) error {
 			return c.fail(opBarrier, err)
 		}
 	}
+	c.seen = G + 1
 	c.post(2*G + 2)
 	c.g++
 	return nil

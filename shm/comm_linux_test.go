@@ -287,3 +287,28 @@ func TestSteadyStateAllocations(t *testing.T) {
 		})
 	}
 }
+
+// TestSegmentSize: the segment's size is what the package doc says,
+// whatever the messages: 2.01 MiB at R = 4, 4.01 MiB at R = 8.
+func TestSegmentSize(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	for size, want := range map[int]int64{4: 2105344, 8: 4202496} {
+		cs := startRanks(t, size, nil)
+		st, err := os.Stat(cs[0].Path())
+		require.NoError(t, err)
+		assert.Equal(t, want, st.Size(), "R=%d", size)
+		big := make([]float64, 1<<20)
+		counts, displs := make([]int, size), make([]int, size)
+		for r := range counts {
+			counts[r], displs[r] = len(big)/size, r*len(big)/size
+		}
+		errs := testkit.RunRanks(asComms(cs), func(c comm.Communicator) error {
+			return comm.Allgatherv(context.Background(), c, big[:len(big)/size], make([]float64, len(big)), counts, displs)
+		})
+		require.NoError(t, errors.Join(errs...))
+		st, err = os.Stat(cs[0].Path())
+		require.NoError(t, err)
+		assert.Equal(t, want, st.Size(), "R=%d after an 8 MiB allgatherv", size)
+		closeAll(cs)
+	}
+}

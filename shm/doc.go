@@ -84,19 +84,22 @@
 // a random nonce, the state of the job, the count of ranks that joined,
 // and the abort word); one 512-byte control block per rank, each field
 // written by one rank on a cache line of its own (its process id and
-// state, its progress counter, its bell: a futex word the others ring,
-// and its failure message); and two halves per rank, each a 64-byte chunk
-// header and ChunkBytes of data (256 KiB by default). Its size is
-// 8 KiB + R × 2 × (ChunkBytes + 64 B), rounded up to pages, whatever the
-// size of the messages: 2.0 MiB at R = 4, 4.0 MiB at R = 8.
+// state; its progress counter with the headers of its last two
+// collectives; its bell, a futex word the others ring; its failure
+// message); and two halves of ChunkBytes (256 KiB by default) per rank.
+// Its size is 4 KiB + R × 512 B rounded up to a page, plus R × 2 ×
+// ChunkBytes, whatever the size of the messages: 2.01 MiB (2,105,344
+// bytes) at R = 4, 4.01 MiB at R = 8.
 //
 // Synchronisation. Collectives are sequences of steps numbered globally,
-// the same on every rank. In step G a rank writes its chunk (and, at a
-// collective's first step, a header naming the collective, element type,
-// operator, root and its byte count) into its half G mod 2, publishes
+// the same on every rank. In step G a rank writes its chunk into its half
+// G mod 2 (and, at a collective's first step, a header naming the step,
+// collective, element type, operator, root and its byte count into header
+// slot G mod 2, beside its progress counter), publishes
 // progress 2G+1 with an atomic store, copies (or reduces) the peers'
 // chunks of step G from their halves straight into the caller's buffer,
-// and publishes 2G+2. Before writing half G mod 2 again it waits until
+// and publishes 2G+2. Before writing half (or header slot) G mod 2 again
+// it waits until
 // every peer's progress is at least 2G-2 (they consumed step G-2). A
 // message larger than a chunk is a pipeline of steps, so the segment never
 // grows with the message. A waiting rank re-reads the counter a few

@@ -21,15 +21,13 @@ import (
 //
 //	0       header (page 0): magic, version, geometry, state, abort word
 //	4096    control blocks, ctlStride bytes per rank
-//	dataOff per rank, two halves of halfStride bytes: a 64-byte chunk
-//	        header then ChunkBytes of data
+//	dataOff per rank, two halves of ChunkBytes each
 const (
 	segMagic   = 0x314d485354524153 // "SARTSHM1" little-endian
 	segVersion = 1
 	pageSize   = 4096
 	ctlOff     = pageSize
 	ctlStride  = 512
-	chunkHdr   = 64
 )
 
 // Header fields (offsets in page 0).
@@ -53,9 +51,11 @@ const (
 
 // Control block fields (offsets in a rank's block).
 const (
-	cPid      = 0   // int32
-	cState    = 4   // uint32: slotFree, slotJoined, slotClosed, slotFailed
-	cProg     = 64  // uint64: the rank's progress counter, its own line
+	cPid      = 0  // int32
+	cState    = 4  // uint32: slotFree, slotJoined, slotClosed, slotFailed
+	cProg     = 64 // uint64: the rank's progress counter, its own line
+	cHdr      = 72 // two collective headers (steps G even, G odd), on the progress line
+	hdrSize   = 24
 	cBell     = 128 // uint32: futex word others ring to wake this rank
 	cSleeping = 132 // uint32: 1 while this rank sleeps on its bell
 	cMsgLen   = 192 // uint32: length of the failure message
@@ -88,7 +88,7 @@ type geometry struct {
 }
 
 func newGeometry(size, chunk int) geometry {
-	g := geometry{size: size, chunk: chunk, halfStride: chunkHdr + chunk}
+	g := geometry{size: size, chunk: chunk, halfStride: chunk}
 	g.dataOff = roundUp(ctlOff+size*ctlStride, pageSize)
 	g.total = roundUp(g.dataOff+size*2*g.halfStride, pageSize)
 	return g

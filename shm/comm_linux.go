@@ -109,8 +109,7 @@ type Comm struct {
 	// g is the next global step; only the collective goroutine uses it.
 	g uint64
 	// seen is 1 + the last step at which this rank saw every peer publish
-	// its chunk (0: none): a peer that published step G-1 has consumed
-	// step G-2, so step G need not wait for it.
+	// its chunk (0: none): step G need not wait for peers seen at G-1.
 	seen uint64
 	// active is held by a running collective and by Close, which waits for
 	// the collective it interrupts to return before unmapping.
@@ -463,14 +462,15 @@ func (c *Comm) slowest(q int) int {
 }
 
 // stepBegin starts global step G: it waits until every peer has consumed
-// step G-2, whose half G uses again.
+// step G-2, whose half G uses again: until it has published step G-1 (a
+// rank publishes a step only once it is done with the one before).
 func (c *Comm) stepBegin(ctx context.Context, G uint64) error {
 	if G < 2 || c.seen >= G {
 		return nil
 	}
 	for q := range c.size {
 		if q != c.rank {
-			if err := c.wait(ctx, q, 2*G-2); err != nil {
+			if err := c.wait(ctx, q, G); err != nil {
 				return err
 			}
 		}
@@ -585,7 +585,7 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 		if s == 0 {
 			c.writeHeader(G, opAllgatherv, uint8(send.Type), 0, 0, mine)
 		}
-		c.post(2*G + 1)
+		c.post(G + 1)
 		all := true
 		for i := 1; i < c.size; i++ {
 			q := (c.rank + i) % c.size
@@ -594,7 +594,7 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 				all = false
 				continue
 			}
-			if err := c.wait(ctx, q, 2*G+1); err != nil {
+			if err := c.wait(ctx, q, G+1); err != nil {
 				return c.finishErr(opAllgatherv, err)
 			}
 			if s == 0 {
@@ -611,7 +611,6 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 		if all {
 			c.seen = G + 1
 		}
-		c.post(2*G + 2)
 	}
 	c.g += uint64(n)
 	return nil
@@ -645,11 +644,11 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 		if s == 0 {
 			c.writeHeader(G, opAllreduce, uint8(send.Type), uint8(op), 0, total)
 		}
-		c.post(2*G + 1)
+		c.post(G + 1)
 		acc := recv.Bytes[lo:hi]
 		for q := range c.size {
 			if q != c.rank {
-				if err := c.wait(ctx, q, 2*G+1); err != nil {
+				if err := c.wait(ctx, q, G+1); err != nil {
 					return c.finishErr(opAllreduce, err)
 				}
 				if s == 0 {
@@ -666,7 +665,6 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 			}
 		}
 		c.seen = G + 1
-		c.post(2*G + 2)
 	}
 	c.g += uint64(n)
 	return nil
@@ -700,9 +698,9 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 		if s == 0 {
 			c.writeHeader(G, opBroadcast, uint8(buf.Type), 0, root, total)
 		}
-		c.post(2*G + 1)
+		c.post(G + 1)
 		if c.rank != root {
-			if err := c.wait(ctx, root, 2*G+1); err != nil {
+			if err := c.wait(ctx, root, G+1); err != nil {
 				return c.finishErr(opBroadcast, err)
 			}
 			if s == 0 {
@@ -712,7 +710,6 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 			}
 			copy(buf.Bytes[lo:hi], c.data(root, G, hi-lo))
 		}
-		c.post(2*G + 2)
 	}
 	c.g += uint64(n)
 	return nil
@@ -733,10 +730,10 @@ func (c *Comm) Barrier(ctx context.Context) error {
 		return c.finishErr(opBarrier, err)
 	}
 	c.writeHeader(G, opBarrier, 0, 0, 0, 0)
-	c.post(2*G + 1)
+	c.post(G + 1)
 	for i := 1; i < c.size; i++ {
 		q := (c.rank + i) % c.size
-		if err := c.wait(ctx, q, 2*G+1); err != nil {
+		if err := c.wait(ctx, q, G+1); err != nil {
 			return c.finishErr(opBarrier, err)
 		}
 		if err := c.checkHeader(q, G, opBarrier, 0, 0, 0, 0); err != nil {
@@ -744,7 +741,6 @@ func (c *Comm) Barrier(ctx context.Context) error {
 		}
 	}
 	c.seen = G + 1
-	c.post(2*G + 2)
 	c.g++
 	return nil
 }

@@ -95,14 +95,15 @@
 // the same on every rank. In step G a rank writes its chunk into its half
 // G mod 2 (and, at a collective's first step, a header naming the step,
 // collective, element type, operator, root and its byte count into header
-// slot G mod 2, beside its progress counter), publishes
-// progress 2G+1 with an atomic store, copies (or reduces) the peers'
-// chunks of step G from their halves straight into the caller's buffer,
-// and publishes 2G+2. Before writing half (or header slot) G mod 2 again
-// it waits until
-// every peer's progress is at least 2G-2 (they consumed step G-2). A
-// message larger than a chunk is a pipeline of steps, so the segment never
-// grows with the message. A waiting rank re-reads the counter a few
+// slot G mod 2, beside its progress counter), publishes progress G+1 with
+// an atomic store, and copies (or reduces) the peers' chunks of step G
+// from their halves straight into the caller's buffer. A rank publishes a
+// step only once it is done with the one before, so before writing half
+// (or header slot) G mod 2 again it waits until every peer's progress is
+// at least G (they published step G-1, so they consumed step G-2), unless
+// it saw that already at step G-1. A message larger than a chunk is a
+// pipeline of steps, so the segment never grows with the message. A
+// waiting rank re-reads the counter a few
 // hundred times, then yields its CPU (sched_yield) for 200 µs, then
 // sleeps on its bell (FUTEX_WAIT, at most 10 ms at a time); a rank that
 // publishes progress rings the bells of the ranks that sleep. Allreduce

@@ -13,6 +13,7 @@ import (
 
 	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/internal/errfile"
+	"github.com/starcomm/starcomm/shm"
 	"github.com/starcomm/starcomm/star"
 	"github.com/starcomm/starcomm/transport/tcp"
 )
@@ -30,6 +31,10 @@ const (
 	EnvBindAddr         = "COBRE_TCP_BIND_ADDR"
 	EnvConnectTimeoutMS = "COBRE_TCP_CONNECT_TIMEOUT_MS"
 	EnvShmName          = "COBRE_SHM_NAME"
+	// EnvShmTimeoutSecs is the shm backend's hang timeout
+	// (Config.ShmTimeout), its own as the issue asks: COBRE_TCP_TIMEOUT_SECS
+	// is the tcp backend's.
+	EnvShmTimeoutSecs = "COBRE_SHM_TIMEOUT_SECS"
 	// EnvSpinUS is starcomm's own addition: how long, in microseconds, a
 	// rank polls its TCP links for a small frame before parking
 	// (star.Config.Spin; 0 turns polling off).
@@ -94,8 +99,12 @@ type Config struct {
 	// (COBRE_TCP_CONNECT_TIMEOUT_MS, default star.DefaultConfig's, 30 s).
 	ConnectTimeout time.Duration
 	// ShmName names the shared-memory segment of the shm backend
-	// (COBRE_SHM_NAME).
+	// (COBRE_SHM_NAME): letters, digits, '-' and '_', unique to the job.
 	ShmName string
+	// ShmTimeout is the shm backend's timeout: a rank that waits this long
+	// for a peer that makes no progress declares it hung
+	// (COBRE_SHM_TIMEOUT_SECS, default shm.DefaultTimeout, 60 s).
+	ShmTimeout time.Duration
 	// Spin is how long a rank polls its TCP links for a small frame before
 	// it parks (COBRE_TCP_SPIN_US, default star.DefaultConfig's, 100 µs;
 	// 0 turns polling off). See star.Config.Spin.
@@ -130,7 +139,7 @@ type Config struct {
 // DefaultConfig returns the defaults: backend auto, port 29500, rank 0 of
 // size 1, no error file, and the timeouts, spin and bind address of
 // star.DefaultConfig and tcp.DefaultConfig (timeout 60 s, connect timeout
-// 30 s, spin 100 µs, bind address 0.0.0.0).
+// 30 s, spin 100 µs, bind address 0.0.0.0), and shm's timeout (60 s).
 func DefaultConfig() Config {
 	sc, tc := star.DefaultConfig(), tcp.DefaultConfig()
 	return Config{
@@ -140,6 +149,7 @@ func DefaultConfig() Config {
 		Timeout:        sc.Timeout,
 		BindAddr:       tc.BindAddr,
 		ConnectTimeout: sc.ConnectTimeout,
+		ShmTimeout:     shm.DefaultTimeout,
 		Spin:           sc.Spin,
 		Liveness:       sc.Liveness,
 		Log:            LogOff,
@@ -395,7 +405,7 @@ type rankProblem struct {
 func (c Config) rankRules(b string, name func(string) string) []rankProblem {
 	var ps []rankProblem
 	switch b {
-	case BackendTCP:
+	case BackendTCP, BackendShm:
 		if c.Rank >= c.Size {
 			ps = append(ps, rankProblem{EnvRank, fmt.Sprintf("must be < %s (%d): ranks are 0..%d", name(EnvSize), c.Size, c.Size-1), []string{EnvRank, EnvSize}})
 		}

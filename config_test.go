@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +19,9 @@ import (
 	"github.com/starcomm/starcomm"
 	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/internal/errfile"
+	"github.com/starcomm/starcomm/shm"
 	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/testkit"
 	"github.com/starcomm/starcomm/transport/tcp"
 )
 
@@ -52,7 +55,7 @@ func TestConfigAllVariables(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, starcomm.Config{Backend: "tcp", Coordinator: "10.0.0.1", Port: 4000, Rank: 0, Size: 8,
 		Timeout: 2500 * time.Millisecond, BindAddr: "127.0.0.1", ConnectTimeout: 1500 * time.Millisecond,
-		Spin: 150 * time.Microsecond, Liveness: 2500 * time.Millisecond, Log: "warn", Debug: "detail"}, cfg)
+		ShmTimeout: 60 * time.Second, Spin: 150 * time.Microsecond, Liveness: 2500 * time.Millisecond, Log: "warn", Debug: "detail"}, cfg)
 }
 
 // TestConfigCoordinatorNeedsNoAddress: rank 0 with backend tcp does not
@@ -168,11 +171,26 @@ func TestBackendSelection(t *testing.T) {
 		require.NoError(t, c.Barrier(ctx))
 		require.NoError(t, c.Close())
 	})
-	t.Run("auto with a shm name is shm, not available", func(t *testing.T) {
+	t.Run("auto with a shm name is shm, which needs the rank and size", func(t *testing.T) {
 		_, err := pick(map[string]string{"COBRE_SHM_NAME": "seg"})
-		var na *comm.BackendNotAvailableError
-		require.ErrorAs(t, err, &na)
-		assert.Equal(t, "shm", na.Backend)
+		var m *comm.MissingConfigurationError
+		require.ErrorAs(t, err, &m)
+		assert.Equal(t, "shm", m.Backend)
+		assert.Equal(t, []string{"COBRE_TCP_RANK", "COBRE_TCP_SIZE"}, m.MissingVars)
+	})
+	t.Run("auto with a shm name, rank and size is a shm communicator", func(t *testing.T) {
+		c, err := pick(map[string]string{"COBRE_SHM_NAME": testkit.ShmName(t), "COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "1"})
+		if runtime.GOOS != "linux" {
+			var na *comm.BackendNotAvailableError
+			require.ErrorAs(t, err, &na)
+			assert.Equal(t, "shm", na.Backend)
+			return
+		}
+		require.NoError(t, err)
+		assert.IsType(t, &shm.Comm{}, c)
+		assert.Equal(t, shm.KindPOSIX, starcomm.SharedMemory(c).Kind())
+		require.NoError(t, c.Barrier(ctx))
+		require.NoError(t, c.Close())
 	})
 	t.Run("unknown backend lists the known ones", func(t *testing.T) {
 		_, err := pick(map[string]string{"COBRE_COMM_BACKEND": "mpi"})
@@ -254,8 +272,11 @@ func TestConfigBackendRules(t *testing.T) {
 		env     []string
 		backend string   // the backend selected, when there is no error
 		missing []string // the MissingConfigurationError's variables
-		invalid string   // the InvalidConfigurationError's variable
-		msg     string   // the whole error message, when given
+		// missingBackend is the MissingConfigurationError's backend
+		// ("" means tcp).
+		missingBackend string
+		invalid        string // the InvalidConfigurationError's variable
+		msg            string // the whole error message, when given
 	}{
 		// auto, more than one rank, no coordinator
 		{env: []string{"COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0"}, backend: "tcp"},
@@ -280,8 +301,15 @@ func TestConfigBackendRules(t *testing.T) {
 		{env: []string{"COBRE_TCP_PORT=http"}, backend: "local"}, // local does not read the port
 		{env: []string{"COBRE_TCP_COORDINATOR=h", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=2"}, backend: "tcp"},
 		{env: []string{"COBRE_TCP_COORDINATOR=h", "COBRE_TCP_SIZE=1", "COBRE_TCP_RANK=0"}, backend: "tcp"},
-		{env: []string{"COBRE_SHM_NAME=seg"}, backend: "shm"},
+		{env: []string{"COBRE_SHM_NAME=seg"}, missing: []string{"COBRE_TCP_RANK", "COBRE_TCP_SIZE"}, missingBackend: "shm",
+			msg: "comm: shm backend: missing required configuration: COBRE_TCP_RANK, COBRE_TCP_SIZE"},
 		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=2"}, backend: "shm"},
+		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=4"}, invalid: "COBRE_TCP_RANK"},
+		{env: []string{"COBRE_SHM_NAME=a/b", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0"}, invalid: "COBRE_SHM_NAME",
+			msg: `starcomm: invalid COBRE_SHM_NAME="a/b": must hold only letters, digits, '-' and '_' (found '/')`},
+		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0", "COBRE_SHM_TIMEOUT_SECS=0"}, invalid: "COBRE_SHM_TIMEOUT_SECS"},
+		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0", "COBRE_TCP_PORT=x", "COBRE_TCP_TIMEOUT_SECS=x"}, backend: "shm"}, // shm reads neither
+		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0", "COBRE_TCP_CONNECT_TIMEOUT_MS=0"}, invalid: "COBRE_TCP_CONNECT_TIMEOUT_MS"},
 		// explicit backends
 		{env: []string{"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0"}, backend: "tcp"},
 		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_SIZE=4"}, invalid: "COBRE_TCP_SIZE",
@@ -292,7 +320,9 @@ func TestConfigBackendRules(t *testing.T) {
 		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_SIZE=x"}, invalid: "COBRE_TCP_SIZE"},
 		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_SIZE=1", "COBRE_TCP_RANK=0"}, backend: "local"},
 		{env: []string{"COBRE_COMM_BACKEND=local", "COBRE_TCP_COORDINATOR=h", "COBRE_TCP_PORT=x"}, backend: "local"},
-		{env: []string{"COBRE_COMM_BACKEND=shm", "COBRE_TCP_SIZE=x"}, backend: "shm"}, // shm does not read the size
+		{env: []string{"COBRE_COMM_BACKEND=shm", "COBRE_SHM_NAME=seg", "COBRE_TCP_RANK=0", "COBRE_TCP_SIZE=x"}, invalid: "COBRE_TCP_SIZE"},
+		{env: []string{"COBRE_COMM_BACKEND=shm", "COBRE_TCP_RANK=0", "COBRE_TCP_SIZE=2"}, missing: []string{"COBRE_SHM_NAME"}, missingBackend: "shm"},
+		{env: []string{"COBRE_COMM_BACKEND=shm", "COBRE_SHM_NAME=seg", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=2", "COBRE_TCP_COORDINATOR=h"}, backend: "shm"},
 	}
 	for _, tc := range cases {
 		t.Run(envCase(tc.env), func(t *testing.T) {
@@ -310,7 +340,11 @@ func TestConfigBackendRules(t *testing.T) {
 			var m *comm.MissingConfigurationError
 			if tc.missing != nil {
 				require.ErrorAs(t, err, &m)
-				assert.Equal(t, "tcp", m.Backend)
+				want := tc.missingBackend
+				if want == "" {
+					want = "tcp"
+				}
+				assert.Equal(t, want, m.Backend)
 				assert.Equal(t, tc.missing, m.MissingVars)
 			} else {
 				assert.False(t, errors.As(err, &m), "unexpected %v", m)
@@ -346,6 +380,10 @@ func TestConfigValidateRules(t *testing.T) {
 		{"Size=1,Rank=1", with(func(c *starcomm.Config) { c.Rank = 1 }), "tcp", []string{"Rank"},
 			`starcomm: invalid Rank="1": must be < Size (1): ranks are 0..0`},
 		{"Size=4,Rank=0,ShmName=seg", with(func(c *starcomm.Config) { c.Size, c.ShmName = 4, "seg" }), "shm", nil, ""},
+		{"Size=4,Rank=4,ShmName=seg", with(func(c *starcomm.Config) { c.Size, c.Rank, c.ShmName = 4, 4, "seg" }), "shm", []string{"Rank"}, ""},
+		{"Backend=shm,Size=2", with(func(c *starcomm.Config) { c.Backend, c.Size = "shm", 2 }), "shm", []string{"ShmName"},
+			`starcomm: invalid ShmName="": required by the shm backend: the segment's name`},
+		{"ShmName=a.b,ShmTimeout=0", with(func(c *starcomm.Config) { c.ShmName, c.ShmTimeout = "a.b", 0 }), "shm", []string{"ShmName", "ShmTimeout"}, ""},
 		{"default", def(), "local", nil, ""},
 		{"zero", starcomm.Config{}, "local", nil, ""},
 		{"Backend=local,Size=4", with(func(c *starcomm.Config) { c.Backend, c.Size = "local", 4 }), "local", []string{"Size"},
@@ -412,8 +450,9 @@ func TestConfigUnknownVariables(t *testing.T) {
 			msg: "starcomm: unknown variable cobre_tcp_size: did you mean COBRE_TCP_SIZE?"},
 		{env: []string{"COBRE_XYZZY_PLUGH=1"}, unknown: "COBRE_XYZZY_PLUGH",
 			msg: "starcomm: unknown variable COBRE_XYZZY_PLUGH: not a starcomm variable (known: COBRE_COMM_BACKEND, COBRE_TCP_COORDINATOR, COBRE_TCP_PORT, " +
-				"COBRE_TCP_RANK, COBRE_TCP_SIZE, COBRE_TCP_TIMEOUT_SECS, COBRE_TCP_BIND_ADDR, COBRE_TCP_CONNECT_TIMEOUT_MS, COBRE_SHM_NAME, COBRE_TCP_SPIN_US, COBRE_TCP_LIVENESS_SECS, COBRE_LOG, COBRE_DEBUG, COBRE_ERROR_FILE)"},
-		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_VERBOSE=1"}, unknown: "COBRE_VERBOSE"},
+				"COBRE_TCP_RANK, COBRE_TCP_SIZE, COBRE_TCP_TIMEOUT_SECS, COBRE_TCP_BIND_ADDR, COBRE_TCP_CONNECT_TIMEOUT_MS, COBRE_SHM_NAME, COBRE_SHM_TIMEOUT_SECS, COBRE_TCP_SPIN_US, COBRE_TCP_LIVENESS_SECS, COBRE_LOG, COBRE_DEBUG, COBRE_ERROR_FILE)"},
+		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_TCP_RANK=0", "COBRE_TCP_SIZE=2", "COBRE_VERBOSE=1"}, unknown: "COBRE_VERBOSE"},
+		{env: []string{"COBRE_SHM_TIMEOUT=5"}, unknown: "COBRE_SHM_TIMEOUT", suggestion: "COBRE_SHM_TIMEOUT_SECS"},
 	}
 	for _, tc := range cases {
 		t.Run(envCase(tc.env), func(t *testing.T) {
@@ -551,7 +590,7 @@ func TestConfigErrorFile(t *testing.T) {
 		{[]string{"COBRE_ERROR_FILE=  "}, ""},
 		{[]string{}, ""},
 		{[]string{"COBRE_COMM_BACKEND=local", "COBRE_ERROR_FILE=/e"}, "/e"},
-		{[]string{"COBRE_COMM_BACKEND=shm", "COBRE_ERROR_FILE=/e"}, "/e"},
+		{[]string{"COBRE_COMM_BACKEND=shm", "COBRE_SHM_NAME=j", "COBRE_TCP_RANK=0", "COBRE_TCP_SIZE=2", "COBRE_ERROR_FILE=/e"}, "/e"},
 		{[]string{"COBRE_TCP_COORDINATOR=h", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=2", "COBRE_ERROR_FILE=/e"}, "/e"},
 	}
 	for _, tc := range cases {
@@ -577,6 +616,8 @@ func TestConfigDefaultsFromStarAndTCP(t *testing.T) {
 		{"ConnectTimeout=star", d.ConnectTimeout, sc.ConnectTimeout},
 		{"ConnectTimeout=tcp", d.ConnectTimeout, tc.ConnectTimeout},
 		{"Spin=star", d.Spin, sc.Spin},
+		{"ShmTimeout=shm", d.ShmTimeout, shm.DefaultTimeout},
+		{"ShmTimeout=tcp's", d.ShmTimeout, d.Timeout},
 		{"BindAddr=tcp", d.BindAddr, tc.BindAddr},
 		{"Backend=auto", d.Backend, "auto"},
 		{"Port=29500", d.Port, 29500},

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/starcomm/starcomm/shm"
 )
 
 // variables is the table of the COBRE_* variables: one row per variable,
@@ -21,18 +23,20 @@ var variables = []variable{
 		meaning: "host or IP of rank 0, which workers dial; rank 0 does not read it"},
 	{name: EnvPort, field: "Port", reads: tcpOnly, check: portInRange, codec: whole(1, 65535, "must be a TCP port in 1..65535", func(c *Config) *int { return &c.Port }),
 		meaning: "rank 0's TCP port, 1..65535, the same on every rank"},
-	{name: EnvRank, field: "Rank", reads: ranked, need: requiredByTCP, check: rule(func(c Config) bool { return c.Rank >= 0 }, "must be >= 0"), codec: whole(0, math.MaxInt32, "must be an integer >= 0 and < "+EnvSize, func(c *Config) *int { return &c.Rank }),
-		meaning: "this process's rank, 0..size-1; 0 is the coordinator"},
-	{name: EnvSize, field: "Size", reads: ranked, need: requiredByTCP, check: sizeAtLeast1, codec: whole(1, math.MaxInt32, "must be an integer >= 1", func(c *Config) *int { return &c.Size }),
+	{name: EnvRank, field: "Rank", reads: ranked, need: requiredByRanked, check: rule(func(c Config) bool { return c.Rank >= 0 }, "must be >= 0"), codec: whole(0, math.MaxInt32, "must be an integer >= 0 and < "+EnvSize, func(c *Config) *int { return &c.Rank }),
+		meaning: "this process's rank, 0..size-1; 0 is the coordinator (`tcp`) or the leader of shared-memory regions (`shm`)"},
+	{name: EnvSize, field: "Size", reads: ranked, need: requiredByRanked, check: sizeAtLeast1, codec: whole(1, math.MaxInt32, "must be an integer >= 1", func(c *Config) *int { return &c.Size }),
 		meaning: "number of ranks, >= 1, the same on every rank"},
 	{name: EnvTimeoutSecs, field: "Timeout", reads: tcpOnly, check: rule(func(c Config) bool { return c.Timeout > 0 }, "must be positive"), codec: seconds(func(c *Config) *time.Duration { return &c.Timeout }),
 		meaning: "timeout of collectives (decimals allowed, > 0): a read or write, polled or not, that makes no progress this long declares the peer failed. A worker's `Close` waits at most this long for rank 0's Shutdown. Also TCP_USER_TIMEOUT (capped at its 24.8-day maximum)"},
 	{name: EnvBindAddr, field: "BindAddr", reads: tcpOnly, codec: text(func(c *Config) *string { return &c.BindAddr }),
 		meaning: "address rank 0 listens on"},
-	{name: EnvConnectTimeoutMS, field: "ConnectTimeout", reads: tcpOnly, check: rule(func(c Config) bool { return c.ConnectTimeout > 0 }, "must be positive"), codec: wholeDuration(time.Millisecond, 1, math.MaxInt32, "must be a positive number of milliseconds", func(c *Config) *time.Duration { return &c.ConnectTimeout }),
-		meaning: "start-up bound (> 0): rank 0's wait for every worker, and a worker's connect retries; rank 0 answers every worker at once when all have joined (or names the missing rank), so a worker waits for that answer up to this long after it registered (plus min(half of it, 500 ms))"},
-	{name: EnvShmName, field: "ShmName", reads: shmOnly, codec: text(func(c *Config) *string { return &c.ShmName }),
-		meaning: "selects the shm backend under `auto` (not implemented yet: `BackendNotAvailableError`)"},
+	{name: EnvConnectTimeoutMS, field: "ConnectTimeout", reads: tcpAndShm, check: rule(func(c Config) bool { return c.ConnectTimeout > 0 }, "must be positive"), codec: wholeDuration(time.Millisecond, 1, math.MaxInt32, "must be a positive number of milliseconds", func(c *Config) *time.Duration { return &c.ConnectTimeout }),
+		meaning: "start-up bound (> 0): rank 0's wait for every worker, and a worker's connect retries; rank 0 answers every worker at once when all have joined (or names the missing rank), so a worker waits for that answer up to this long after it registered (plus min(half of it, 500 ms)). `shm`: how long a rank waits for every rank to join the segment"},
+	{name: EnvShmName, field: "ShmName", reads: shmOnly, need: requiredByShm, check: shmNameOK, codec: shmName,
+		meaning: "selects the shm backend under `auto`, and names its segment, `/dev/shm/starcomm-NAME`: letters, digits, `-` and `_`, at most 200; every rank of a job gives the same name, and no two live jobs may (a second one is refused). Rank and size come from `COBRE_TCP_RANK` and `COBRE_TCP_SIZE`. See \"The shm backend\""},
+	{name: EnvShmTimeoutSecs, field: "ShmTimeout", reads: shmOnly, check: rule(func(c Config) bool { return c.ShmTimeout > 0 }, "must be positive"), codec: seconds(func(c *Config) *time.Duration { return &c.ShmTimeout }),
+		meaning: "the shm backend's timeout (decimals allowed, > 0): a rank that waits this long for a peer whose progress does not move declares the least advanced peer hung; a dead process is noticed at once, without it"},
 	{name: EnvSpinUS, field: "Spin", reads: tcpOnly, check: rule(func(c Config) bool { return c.Spin >= 0 }, "must be zero (no polling) or positive"), codec: wholeDuration(time.Microsecond, 0, 1_000_000, "must be a number of microseconds in 0..1000000 (0: no polling)", func(c *Config) *time.Duration { return &c.Spin }),
 		meaning: "starcomm's addition: microseconds a rank polls its TCP links for a small frame (payload <= 256 KiB) before it parks, 0..1000000; 0 turns polling off. See \"Performance\""},
 	{name: EnvLivenessSecs, field: "Liveness", reads: tcpOnly, check: rule(func(c Config) bool { return c.Liveness >= 0 }, "must be zero (off) or positive"), codec: secondsOrOff(func(c *Config) *time.Duration { return &c.Liveness }),
@@ -81,10 +85,11 @@ func (e notAllowed) Error() string { return string(e) }
 
 // Which backends read a variable.
 var (
-	tcpOnly = []string{BackendTCP}
-	shmOnly = []string{BackendShm}
+	tcpOnly   = []string{BackendTCP}
+	shmOnly   = []string{BackendShm}
+	tcpAndShm = []string{BackendTCP, BackendShm}
 	// ranked: local reads the rank and size too, to refuse more than one.
-	ranked = []string{BackendTCP, BackendLocal}
+	ranked = []string{BackendTCP, BackendShm, BackendLocal}
 )
 
 func (v *variable) readBy(backend string) bool {
@@ -108,8 +113,10 @@ type requirement struct {
 }
 
 var (
-	requiredByTCP = &requirement{doc: "required (`tcp`)", why: "required by the tcp backend",
-		when: func(b string, _ Config, _ rankState) bool { return b == BackendTCP }}
+	requiredByRanked = &requirement{doc: "required (`tcp`, `shm`)", why: "required by the tcp and shm backends",
+		when: func(b string, _ Config, _ rankState) bool { return b == BackendTCP || b == BackendShm }}
+	requiredByShm = &requirement{doc: "required (`shm`)", why: "required by the shm backend: the segment's name",
+		when: func(b string, _ Config, _ rankState) bool { return b == BackendShm }}
 	// requiredOnWorkers: with the rank unset, say the coordinator is
 	// needed unless this is known to be rank 0.
 	requiredOnWorkers = &requirement{doc: "required on ranks > 0 (`tcp`)", why: "workers (rank > 0) need the coordinator's host",
@@ -129,6 +136,26 @@ var backendName = codec{
 		return nil
 	},
 	show: func(c Config) string { return c.Backend },
+}
+
+// shmName is a segment name (shm.CheckName).
+var shmName = codec{
+	parse: func(c *Config, v string) error {
+		c.ShmName = v
+		if why := shm.CheckName(v); why != "" {
+			return notAllowed(why)
+		}
+		return nil
+	},
+	show: func(c Config) string { return c.ShmName },
+}
+
+// shmNameOK is Validate's check of ShmName (set: a valid name).
+func shmNameOK(_ string, c Config) string {
+	if c.ShmName == "" {
+		return ""
+	}
+	return shm.CheckName(c.ShmName)
 }
 
 // text is any non-blank string.

@@ -53,7 +53,9 @@ func recordFailure(path string, f star.Failure, size int) {
 //     waits for every worker, workers dial Coordinator:Port (retrying with
 //     backoff until ConnectTimeout); a size-1 tcp communicator opens no
 //     socket;
-//   - shm: a *comm.BackendNotAvailableError (not implemented yet).
+//   - shm: a *shm.Comm, every rank a process of this host sharing the
+//     segment ShmName (Linux; elsewhere a *comm.BackendNotAvailableError);
+//     it returns once every rank has joined, within ConnectTimeout.
 //
 // A bad cfg is an *InvalidConfigurationError or *comm.InvalidBackendError;
 // a failed start-up is a *comm.InitializationFailedError.
@@ -65,10 +67,31 @@ func New(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	case BackendLocal:
 		return comm.NewLocal(), nil
 	case BackendShm:
-		return nil, &comm.BackendNotAvailableError{Backend: BackendShm,
-			Reason: "the POSIX shared-memory backend is not implemented yet; use tcp (set " + EnvCoordinator + ") or local"}
+		return newShm(ctx, cfg)
 	}
 	return newTCP(ctx, cfg)
+}
+
+// newShm starts the shm backend. Its first failure is recorded in the
+// error file as the tcp backend's is.
+func newShm(ctx context.Context, cfg Config) (comm.Communicator, error) {
+	sc := shm.CommConfig{
+		Name:           cfg.ShmName,
+		Rank:           cfg.Rank,
+		Size:           cfg.Size,
+		Timeout:        cfg.ShmTimeout,
+		ConnectTimeout: cfg.ConnectTimeout,
+	}
+	if cfg.ErrorFile != "" {
+		sc.OnFailure = func(f shm.Failure) {
+			recordFailure(cfg.ErrorFile, star.Failure{Op: f.Op, Rank: f.Rank, Blamed: f.Blamed, Err: f.Err}, cfg.Size)
+		}
+	}
+	c, err := shm.New(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
@@ -133,8 +156,10 @@ func asInit(err error, target **comm.InitializationFailedError) bool {
 }
 
 // SharedMemory returns the shared-memory provider of a communicator built
-// by this package. The local and tcp backends use the heap fallback: every
-// rank is a leader with its own copy (spec section 7).
+// by this package (shm.For): the shm backend's POSIX shared memory (rank 0
+// the one leader, regions every rank maps); for the local and tcp
+// backends the heap fallback, where every rank is a leader with its own
+// copy (spec section 7).
 func SharedMemory(c comm.Communicator) shm.Provider {
-	return shm.HeapFallback(c)
+	return shm.For(c)
 }

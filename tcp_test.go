@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(envChaosChild); mode != "" {
 		os.Exit(chaosChild(mode))
 	}
+	shmChildMain()
 	os.Exit(m.Run())
 }
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -247,7 +248,8 @@ func starrunPath(t *testing.T) string {
 }
 
 // TestStarrunNamesPanickingRank: a real 4-rank job under starrun, every
-// rank using starcomm over TCP; rank 2 panics in its own code in the
+// rank using starcomm over TCP (and, in the second subtest, the shm
+// backend, starrun --backend shm); rank 2 panics in its own code in the
 // middle of a loop of allreduces, the others fail at once (blaming rank 2,
 // which they record in COBRE_ERROR_FILE) and exit 1. Whichever rank exits
 // first, starrun names rank 2 as the root cause and exits with its code
@@ -258,32 +260,40 @@ func TestStarrunNamesPanickingRank(t *testing.T) {
 	self, err := os.Executable()
 	require.NoError(t, err)
 	summary := regexp.MustCompile(`starrun: rank (\d+) \(pid \d+\) ([^:]*): root cause`)
-	firstExit := map[string]int{}
-	for run := range 20 {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		cmd := exec.CommandContext(ctx, bin, "-n", "4", "--", self)
-		cmd.Env = append(os.Environ(), envChaosChild+"=panic", envBadRank+"=2", "GORACE=atexit_sleep_ms=0")
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		cancel()
-		var ee *exec.ExitError
-		require.True(t, errors.As(err, &ee), "run %d: starrun: %v\n%s", run, err, stderr.String())
-		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
-		last := lines[len(lines)-1]
-		m := summary.FindStringSubmatch(last)
-		if assert.NotNil(t, m, "run %d: last line %q\n%s", run, last, stderr.String()) {
-			assert.Equal(t, "2", m[1], "run %d names the wrong rank: %s", run, last)
-		}
-		assert.Equal(t, 2, ee.ExitCode(), "run %d: starrun's exit code\n%s", run, stderr.String())
-		for _, l := range lines {
-			if strings.Contains(l, "; stopping the other ranks") {
-				if f := regexp.MustCompile(`rank (\d+)`).FindStringSubmatch(l); f != nil {
-					firstExit[f[1]]++
-				}
-				break
+	for _, backend := range []string{"tcp", "shm"} {
+		t.Run("backend="+backend, func(t *testing.T) {
+			if backend == "shm" && runtime.GOOS != "linux" {
+				t.Skipf("the shm backend needs Linux; this is %s", runtime.GOOS)
 			}
-		}
+			firstExit := map[string]int{}
+			for run := range 20 {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				cmd := exec.CommandContext(ctx, bin, "-n", "4", "--backend", backend, "--", self)
+				cmd.Env = append(os.Environ(), envChaosChild+"=panic", envBadRank+"=2", "GORACE=atexit_sleep_ms=0")
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
+				err := cmd.Run()
+				cancel()
+				var ee *exec.ExitError
+				require.True(t, errors.As(err, &ee), "run %d: starrun: %v\n%s", run, err, stderr.String())
+				lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+				last := lines[len(lines)-1]
+				m := summary.FindStringSubmatch(last)
+				if assert.NotNil(t, m, "run %d: last line %q\n%s", run, last, stderr.String()) {
+					assert.Equal(t, "2", m[1], "run %d names the wrong rank: %s", run, last)
+				}
+				assert.Contains(t, last, "blamed by ranks 0, 1, 3", "run %d: the error records", run)
+				assert.Equal(t, 2, ee.ExitCode(), "run %d: starrun's exit code\n%s", run, stderr.String())
+				for _, l := range lines {
+					if strings.Contains(l, "; stopping the other ranks") {
+						if f := regexp.MustCompile(`rank (\d+)`).FindStringSubmatch(l); f != nil {
+							firstExit[f[1]]++
+						}
+						break
+					}
+				}
+			}
+			t.Logf("first rank to exit, over 20 runs: %v", firstExit)
+		})
 	}
-	t.Logf("first rank to exit, over 20 runs: %v", firstExit)
 }

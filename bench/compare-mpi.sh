@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # compare-mpi.sh: run the standard workloads (the standard workloads of cmd/starbench) on
 # starcomm (cmd/starbench) and on Open MPI (bench/mpi_bench.c) on this host
-# and print one table: workload, the medians of starcomm, of the raw relay
-# (starbench --raw: the same bytes through the same sockets via rank 0, no
-# framing, checks or polling) and of MPI, and the ratios starcomm/raw and
-# starcomm/MPI.
+# and print one table: workload, the medians of starcomm over TCP, of the
+# raw relay (starbench --raw: the same bytes through the same sockets via
+# rank 0, no framing, checks or polling), of MPI over TCP, of starcomm's
+# shm backend (starbench --backend shm) and of MPI's shared-memory
+# transport (vader), and the ratios starcomm/raw, starcomm/MPI and
+# shm/MPI shm.
 #
 # Usage (from anywhere):
 #   bash bench/compare-mpi.sh
@@ -15,10 +17,12 @@
 #   REPEATS_SCALE  multiply every workload's repeats by this, 0 < F <= 1000
 #                  (default 1; starbench's --repeats-scale)
 #
-# Both sides run R processes on this host over TCP loopback: starbench with
-# -n R (a star through rank 0); MPI with the tcp and self BTLs only (the ob1
-# PML, no shared memory, no UCX), restricted to the lo interface, unbound
-# (as the Go processes are). Both time each repetition the same way:
+# Both sides run R processes on this host, twice. Over TCP loopback:
+# starbench with -n R (a star through rank 0); MPI with the tcp and self
+# BTLs only (the ob1 PML, no shared memory, no UCX), restricted to the lo
+# interface. Through shared memory: starbench -n R --backend shm; MPI with
+# the vader (shared memory) and self BTLs of the ob1 PML. MPI runs unbound,
+# as the Go processes are. Both time each repetition the same way:
 # barrier, time the operation on every rank, take the slowest rank's time;
 # the median over the repetitions is reported.
 #
@@ -108,6 +112,12 @@ mpirun_args=(
 	--mca btl_tcp_if_include lo --mca oob_tcp_if_include lo
 	-np "$RANKS"
 )
+mpirun_shm_args=(
+	--allow-run-as-root --oversubscribe --bind-to none
+	--mca pml ob1 --mca btl vader,self
+	--mca oob_tcp_if_include lo
+	-np "$RANKS"
+)
 
 echo "compare-mpi.sh: starcomm: starbench -n $RANKS --json --repeats-scale $REPEATS_SCALE" >&2
 (cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --json --repeats-scale "$REPEATS_SCALE") \
@@ -120,6 +130,14 @@ echo "compare-mpi.sh: raw relay: starbench -n $RANKS --raw --json --repeats-scal
 echo "compare-mpi.sh: MPI: mpirun ${mpirun_args[*]} mpi_bench $REPEATS_SCALE" >&2
 mpirun "${mpirun_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" >"$tmp/mpi.txt" ||
 	die "mpirun mpi_bench failed (exit $?); see the messages above"
+
+echo "compare-mpi.sh: starcomm shm: starbench -n $RANKS --backend shm --json --repeats-scale $REPEATS_SCALE" >&2
+(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --backend shm --json --repeats-scale "$REPEATS_SCALE") \
+	>"$tmp/shm.json" || die "starbench --backend shm failed (exit $?); see the messages above"
+
+echo "compare-mpi.sh: MPI shared memory: mpirun ${mpirun_shm_args[*]} mpi_bench $REPEATS_SCALE" >&2
+mpirun "${mpirun_shm_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" >"$tmp/mpi_shm.txt" ||
+	die "mpirun mpi_bench (vader) failed (exit $?); see the messages above"
 
 # --- table -----------------------------------------------------------------
 
@@ -135,11 +153,13 @@ medians() {
 }
 medians "$tmp/star.json" "$tmp/star.txt"
 medians "$tmp/raw.json" "$tmp/raw.txt"
+medians "$tmp/shm.json" "$tmp/shm.txt"
 grep -v '^#' "$tmp/mpi.txt" >"$tmp/mpi.res" || die "no results in mpi_bench's output: $(head -c 500 "$tmp/mpi.txt")"
+grep -v '^#' "$tmp/mpi_shm.txt" >"$tmp/mpi_shm.res" || die "no results in mpi_bench's (vader) output: $(head -c 500 "$tmp/mpi_shm.txt")"
 
 mpi_lib=$(sed -n 's/^# mpi_bench .*library=//p' "$tmp/mpi.txt")
 cpus=$(nproc 2>/dev/null || echo '?')
-echo "# compare-mpi $(date -u +%Y-%m-%dT%H:%M:%SZ)  ranks=$RANKS  repeats-scale=$REPEATS_SCALE  cpus=$cpus  $(go env GOVERSION)  ${mpi_lib:-MPI} (tcp,self on lo)"
+echo "# compare-mpi $(date -u +%Y-%m-%dT%H:%M:%SZ)  ranks=$RANKS  repeats-scale=$REPEATS_SCALE  cpus=$cpus  $(go env GOVERSION)  ${mpi_lib:-MPI} (tcp,self on lo; vader,self)"
 awk '
 	function human(ns) {
 		if (ns == "") return "-"
@@ -150,6 +170,8 @@ awk '
 	}
 	FILENAME == ARGV[1] { mpi[$1] = $2; next }
 	FILENAME == ARGV[2] { raw[$1] = $2; next }
+	FILENAME == ARGV[3] { mpishm[$1] = $2; next }
+	FILENAME == ARGV[4] { shm[$1] = $2; next }
 	{ order[++n] = $1; star[$1] = $2; seen[$1] = 1 }
 	# right-align s in width columns; "µ" is one column but two bytes
 	# to a byte-counting awk (mawk), so widen by length("µ") - 1
@@ -157,18 +179,20 @@ awk '
 		return sprintf("%" (width + (index(s, "µ") > 0) * (length("µ") - 1)) "s", s)
 	}
 	function ratio(a, b) {
-		return (b > 0) ? sprintf("%.2f", a / b) : "-"
+		return (a > 0 && b > 0) ? sprintf("%.2f", a / b) : "-"
 	}
-	function row(w, s, r, m, sr, sm) {
-		printf "%-17s %s %s %s %s %s\n", w, pad(s, 11), pad(r, 11), pad(m, 11), pad(sr, 13), pad(sm, 13)
+	function row(w, s, r, m, h, hm, sr, sm, hh) {
+		printf "%-17s %s %s %s %s %s %s %s %s\n", w, pad(s, 11), pad(r, 11), pad(m, 11), pad(h, 13), pad(hm, 11),
+			pad(sr, 13), pad(sm, 13), pad(hh, 12)
 	}
 	END {
-		row("workload", "starcomm", "raw relay", "MPI", "starcomm/raw", "starcomm/MPI")
+		row("workload", "starcomm", "raw relay", "MPI", "starcomm shm", "MPI shm", "starcomm/raw", "starcomm/MPI", "shm/MPI shm")
 		for (i = 1; i <= n; i++) {
 			w = order[i]
 			row(w, human(star[w]), human(w in raw ? raw[w] : ""), human(w in mpi ? mpi[w] : ""),
-				ratio(star[w], raw[w]), ratio(star[w], mpi[w]))
+				human(w in shm ? shm[w] : ""), human(w in mpishm ? mpishm[w] : ""),
+				ratio(star[w], raw[w]), ratio(star[w], mpi[w]), ratio(shm[w], mpishm[w]))
 		}
-		for (w in mpi) if (!(w in seen)) row(w, "-", "-", human(mpi[w]), "-", "-")
+		for (w in mpi) if (!(w in seen)) row(w, "-", "-", human(mpi[w]), "-", "-", "-", "-", "-")
 	}
-' "$tmp/mpi.res" "$tmp/raw.txt" "$tmp/star.txt"
+' "$tmp/mpi.res" "$tmp/raw.txt" "$tmp/mpi_shm.res" "$tmp/shm.txt" "$tmp/star.txt"

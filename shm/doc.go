@@ -1,6 +1,8 @@
 // Package shm is the spec's SharedMemoryProvider (the TCP backend spec's section 7): regions
 // of typed elements that the ranks on one host can share, a leader that
-// populates them, and a communicator of the ranks on the same host.
+// populates them, and a communicator of the ranks on the same host. It is
+// also the shm backend (New, Comm): every rank a process of one host, the
+// collectives moving through a POSIX shared-memory segment.
 //
 // Two layers, because Go methods cannot be generic:
 //
@@ -12,8 +14,9 @@
 //     spec's as_slice and as_mut_slice: Go has no read-only slices, so who may
 //     write when is a matter of the ownership rules below.
 //
-// Backends (comm.Local, star) do not import shm; a program gets a Provider
-// for any communicator with HeapFallback(c).
+// The comm.Local and star backends do not import shm; a program gets the
+// Provider of any communicator with For(c): the shm backend's own for a
+// shm communicator, the heap fallback (HeapFallback(c)) for the others.
 //
 // # Heap fallback
 //
@@ -67,11 +70,94 @@
 // limits are checked before allocating, because a Go allocation the system
 // refuses is a fatal error, not a recoverable one.
 //
-// # Not implemented yet
+// # The shm backend
 //
-// True POSIX shared memory (the `shm` backend, selected when COBRE_SHM_NAME
-// is set: ranks of one host map a named segment, exactly one of them is the
-// leader, SplitLocal groups the ranks of the host, Fence is a memory barrier
-// plus a barrier of the host's ranks, and CreateRegion is collective over
-// that group) is not implemented. Only the heap fallback exists.
+// New starts one rank of a communicator whose ranks are processes of one
+// host sharing a POSIX shared-memory segment (Linux only; elsewhere New
+// returns a *comm.BackendNotAvailableError). Its Provider (For, or
+// Comm.Provider) is real shared memory: rank 0 is the one leader,
+// SplitLocal is the communicator itself (a view whose Close leaves it
+// open), Fence is a barrier of every rank, and CreateRegion is collective.
+//
+// Segment. The file Dir/starcomm-NAME (Dir is /dev/shm), mapped MAP_SHARED
+// by every rank, holds: a 4 KiB header (magic, version, size, chunk size,
+// a random nonce, the state of the job, the count of ranks that joined,
+// and the abort word); one 512-byte control block per rank, each field
+// written by one rank on a cache line of its own (its process id and
+// state; its progress counter with the headers of its last two
+// collectives; its bell, a futex word the others ring; its failure
+// message); and two halves of ChunkBytes (256 KiB by default) per rank.
+// Its size is 4 KiB + R × 512 B rounded up to a page, plus R × 2 ×
+// ChunkBytes, whatever the size of the messages: 2.01 MiB (2,105,344
+// bytes) at R = 4, 4.01 MiB at R = 8.
+//
+// Synchronisation. Collectives are sequences of steps numbered globally,
+// the same on every rank. In step G a rank writes its chunk into its half
+// G mod 2 (and, at a collective's first step, a header naming the step,
+// collective, element type, operator, root and its byte count into header
+// slot G mod 2, beside its progress counter), publishes progress G+1 with
+// an atomic store, and copies (or reduces) the peers' chunks of step G
+// from their halves straight into the caller's buffer. A rank publishes a
+// step only once it is done with the one before, so before writing half
+// (or header slot) G mod 2 again it waits until every peer's progress is
+// at least G (they published step G-1, so they consumed step G-2), unless
+// it saw that already at step G-1. A message larger than a chunk is a
+// pipeline of steps, so the segment never grows with the message. A
+// waiting rank re-reads the counter a few
+// hundred times, then yields its CPU (sched_yield) for 200 µs, then
+// sleeps on its bell (FUTEX_WAIT, at most 10 ms at a time); a rank that
+// publishes progress rings the bells of the ranks that sleep. Allreduce
+// reduces ranks 0, 1, ..., R-1 in that order on every rank (acc = rank
+// 0's chunk, then comm.Reduce(acc, rank r's chunk)), so results are
+// bit-identical to the tcp backend's. Every rank checks its peers' headers
+// at a collective's first step: different collectives, element types,
+// operators or roots fail with ErrMismatch, a byte count that disagrees
+// with this rank's arguments with a *comm.InvalidBufferSizeError.
+//
+// Failures. Every rank holds a pidfd of every other rank's process and a
+// goroutine polls them: a process that ends without having closed its
+// communicator is published in the abort word (the rank at fault, the
+// rank that saw it, the failure's class and the operation; the first
+// publication wins, so every rank names the same rank), which wakes every
+// rank: each fails its collective with a *comm.CollectiveFailedError{Code:
+// 0, Rank: the dead rank} wrapping an *AbortError and ErrPeerExited. A
+// rank that waits for a peer whose progress does not move for
+// CommConfig.Timeout publishes the least advanced peer as hung (the error
+// wraps os.ErrDeadlineExceeded). A rank that closes while another waits
+// for it is named with ErrPeerClosed; a rank whose context ends, or whose
+// Close interrupts its collective, names itself (context.Canceled,
+// comm.ErrInvalidCommunicator). After a failure the communicator is
+// fail-stop; OnFailure sees the first failure before the call returns.
+//
+// Start-up, stale segments and name collisions. Two open file description
+// locks on the segment file, which the kernel releases when a process dies
+// however it dies, tell live jobs from dead ones: byte 0 is the door (held
+// exclusively while a rank joins or removes the file), byte 1 is shared by
+// every member. A joining rank opens (or creates) the file, takes the
+// door, and tries the alive lock exclusively: if it gets it, no live
+// process uses the file, which is new or left by a job that died whole,
+// and it initialises it afresh (ReplacedStale reports this); if not, it
+// checks that the segment is this job's (same size and chunk, still
+// forming, its rank free) and otherwise fails with an *InUseError without
+// touching anything: a second live job with the same name is refused on
+// every one of its ranks at once. Ranks may arrive in any order within
+// CommConfig.ConnectTimeout; when it passes, the ranks that joined fail
+// with a *MissingRanksError naming the others. A file another user owns
+// is a permission error (fs.ErrPermission); the segment is created with
+// mode 0600, so every rank of a job runs as one user.
+//
+// Cleanup. A rank leaves the segment when it closes or fails: it drops its
+// share of the alive lock, and the last rank to leave removes the file
+// (under the door, and only if the path still names that file). A job
+// whose ranks all fail or close removes its segment, however the failure
+// came (SIGKILL of any rank included); a job whose every rank is killed at
+// once, or exits without Close, leaves a stale segment that the next job of
+// the name replaces (starrun removes it when the job ends). Region files
+// are removed as soon as every rank has mapped them: their memory lives as
+// long as a mapping does.
+//
+// Limits: one host, one user, one pid namespace (pidfds); Linux 5.3 or
+// later for pidfds (older kernels find dead ranks by the timeout only);
+// names of letters, digits, '-' and '_'; collectives of one communicator
+// one at a time, as for every backend.
 package shm

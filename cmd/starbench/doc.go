@@ -5,8 +5,8 @@
 //
 // Usage:
 //
-//	starbench -n N [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S] [--raw]
-//	starrun -n N -- starbench [--workloads NAME,...] [--repeats-scale F] [--json] [--raw]
+//	starbench -n N [--backend tcp|shm] [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S] [--raw]
+//	starrun -n N [--backend shm] -- starbench [--workloads NAME,...] [--repeats-scale F] [--json] [--raw]
 //
 // With -n, starbench starts N ranks of its own executable as child
 // processes through the launcher starrun uses (internal/launch), wired over
@@ -33,16 +33,23 @@
 //
 // -n 1 runs a size-1 communicator (no socket).
 //
+// With --backend shm the ranks share a segment instead of a socket, with
+// the variables starrun --backend shm sets (COBRE_COMM_BACKEND=shm,
+// COBRE_SHM_NAME unique to the job, COBRE_TCP_RANK, COBRE_TCP_SIZE,
+// COBRE_SHM_TIMEOUT_SECS with --timeout, COBRE_ERROR_FILE); the table and
+// the JSON document are the same, with backend shm.
+//
 // Without -n, starbench is one rank of a job someone else started (starrun,
 // or processes started by hand with the COBRE_* variables): it calls
 // starcomm.ConfigFromEnv and starcomm.New (starcomm.FromEnv, with --timeout
-// overriding COBRE_TCP_TIMEOUT_SECS), runs the workloads, and rank 0 prints
+// overriding COBRE_TCP_TIMEOUT_SECS and COBRE_SHM_TIMEOUT_SECS), runs the workloads, and rank 0 prints
 // the results. With no COBRE_* variables at all that is the single-rank
 // local backend.
 //
 // Flags (one dash or two, -flag value or -flag=value):
 //
 //	-n N               start N ranks (at least 1)
+//	--backend B        with -n: tcp (the default) or shm
 //	--workloads LIST   comma-separated workload names, run in that order (default: all)
 //	--repeats-scale F  multiply every workload's repeats by F (0 < F <= 1000), rounding,
 //	                   at least 1 timed repetition (e.g. 0.25 for a quick run)

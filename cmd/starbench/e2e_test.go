@@ -14,7 +14,8 @@ import (
 )
 
 // TestEndToEnd builds starbench and runs it as real OS processes over real
-// TCP: -n 2 with two workloads as JSON, then -n 1 (no socket) as a table.
+// TCP: -n 2 with two workloads as JSON, then -n 1 (no socket) as a table,
+// then the raw relay and the shm backend at -n 3.
 func TestEndToEnd(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -96,5 +97,18 @@ func TestEndToEnd(t *testing.T) {
 	require.Len(t, doc.Results, len(standardWorkloads()))
 	for _, r := range doc.Results {
 		assert.Positive(t, r.MedianNS, r.Workload)
+	}
+
+	// The shm backend: every workload, verified, at R = 3, same JSON shape.
+	stdout, stderr = starbench("-n", "3", "--backend", "shm", "--repeats-scale", "0.05", "--json")
+	assert.Empty(t, stderr)
+	doc.Results = nil
+	require.NoError(t, json.Unmarshal([]byte(stdout), &doc), "stdout:\n%s", stdout)
+	assert.Equal(t, "shm", doc.Backend)
+	assert.Equal(t, 3, doc.Ranks)
+	require.Len(t, doc.Results, len(standardWorkloads()))
+	for _, r := range doc.Results {
+		assert.Positive(t, r.MedianNS, r.Workload)
+		assert.Equal(t, 3, r.Ranks, r.Workload)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,11 +27,12 @@ const (
 const maxRepeatsScale = 1000
 
 // synopsis is the one-line usage shown with every usage error.
-const synopsis = "usage: starbench [-n N] [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S] [--raw]"
+const synopsis = "usage: starbench [-n N] [--backend tcp|shm] [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S] [--raw]"
 
 // options is one validated starbench command line.
 type options struct {
 	n         int        // ranks to start; 0: run as one rank of an existing job
+	backend   string     // with -n: tcp or shm
 	workloads []workload // never empty
 	scale     float64    // repeats multiplier, > 0
 	json      bool       // print JSON instead of the table
@@ -41,6 +43,7 @@ type options struct {
 // flagValues are the raw flag values before validation.
 type flagValues struct {
 	n         int
+	backend   string
 	workloads string
 	scale     float64
 	json      bool
@@ -54,10 +57,11 @@ func newFlagSet(v *flagValues) *flag.FlagSet {
 	fs := flag.NewFlagSet("starbench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.IntVar(&v.n, "n", 0, "start N ranks as child processes over TCP on 127.0.0.1 (at least 1); without -n, run as one rank configured by COBRE_* variables")
+	fs.StringVar(&v.backend, "backend", "tcp", "with -n: the ranks' backend, tcp (a coordinator on 127.0.0.1) or shm (a shared-memory segment); without -n the COBRE_* variables choose")
 	fs.StringVar(&v.workloads, "workloads", "", "comma-separated workloads to run (default: all): "+strings.Join(workloadNames(), ","))
 	fs.Float64Var(&v.scale, "repeats-scale", 1, "multiply every workload's repetitions by F (> 0, at most 1000; at least 1 repetition runs)")
 	fs.BoolVar(&v.json, "json", false, "print one JSON document instead of the table")
-	fs.Float64Var(&v.timeout, "timeout", 0, "collective timeout in seconds (> 0), passed to the ranks as COBRE_TCP_TIMEOUT_SECS (default: the library's 60 s)")
+	fs.Float64Var(&v.timeout, "timeout", 0, "collective timeout in seconds (> 0), passed to the ranks as COBRE_TCP_TIMEOUT_SECS or COBRE_SHM_TIMEOUT_SECS (default: the library's 60 s)")
 	fs.BoolVar(&v.raw, "raw", false, "run the workloads over a minimal relay instead of starcomm: the same bytes through the same TCP sockets via rank 0, with no framing, checks, timeouts or polling (the lower bound of a star; a baseline, not for use)")
 	return fs
 }
@@ -88,6 +92,12 @@ func parseArgs(args []string) (options, error) {
 		return options{}, fmt.Errorf("unexpected argument %q: starbench takes only flags", fs.Arg(0))
 	case given["n"] && v.n < 1:
 		return options{}, fmt.Errorf("-n must be at least 1, got %d", v.n)
+	case v.backend != "tcp" && v.backend != "shm":
+		return options{}, fmt.Errorf("--backend must be tcp or shm, got %q", v.backend)
+	case given["backend"] && !given["n"]:
+		return options{}, errors.New("--backend needs -n: one rank of an existing job takes its backend from the COBRE_* variables")
+	case v.backend == "shm" && v.raw:
+		return options{}, errors.New("--raw is the relay over tcp; it does not combine with --backend shm")
 	case math.IsNaN(v.scale) || v.scale <= 0 || v.scale > maxRepeatsScale:
 		return options{}, fmt.Errorf("--repeats-scale must be a number > 0 and at most %d, got %v", maxRepeatsScale, v.scale)
 	case given["timeout"] && (math.IsNaN(v.timeout) || math.IsInf(v.timeout, 0) || v.timeout <= 0):
@@ -97,12 +107,12 @@ func parseArgs(args []string) (options, error) {
 	if err != nil {
 		return options{}, err
 	}
-	return options{n: v.n, workloads: ws, scale: v.scale, json: v.json, timeout: v.timeout, raw: v.raw}, nil
+	return options{n: v.n, backend: v.backend, workloads: ws, scale: v.scale, json: v.json, timeout: v.timeout, raw: v.raw}, nil
 }
 
 // rankArgs returns the command line a rank started by starbench -n gets:
-// the same workloads, scale and output format, without -n (the timeout
-// travels as COBRE_TCP_TIMEOUT_SECS).
+// the same workloads, scale and output format, without -n and --backend
+// (the backend and the timeout travel as COBRE_* variables).
 func rankArgs(o options) []string {
 	names := make([]string, len(o.workloads))
 	for i, w := range o.workloads {
@@ -124,7 +134,8 @@ func writeHelp(w io.Writer) {
 	fs := newFlagSet(&v)
 	fmt.Fprintln(w, synopsis)
 	fmt.Fprintln(w, "\nBenchmarks starcomm's collectives on the standard workloads.")
-	fmt.Fprintln(w, "With -n N it starts N ranks of itself over TCP on 127.0.0.1; without -n it is one rank")
+	fmt.Fprintln(w, "With -n N it starts N ranks of itself over TCP on 127.0.0.1 (--backend shm: through a shared-memory")
+	fmt.Fprintln(w, "segment); without -n it is one rank")
 	fmt.Fprintln(w, "of a job started by starrun (or any launcher setting COBRE_* variables).")
 	fmt.Fprintln(w, "\nFlags (- and -- are equivalent):")
 	fs.SetOutput(w)

@@ -54,6 +54,13 @@ func TestParseArgs(t *testing.T) {
 	back, err = parseArgs(rankArgs(o))
 	require.NoError(t, err)
 	assert.True(t, back.raw)
+
+	// --backend shm is the launcher's: the ranks get COBRE_* variables.
+	o, err = parseArgs([]string{"-n", "4", "--backend", "shm"})
+	require.NoError(t, err)
+	assert.Equal(t, "shm", o.backend)
+	assert.Equal(t, "shm", launchConfig(o, []string{"x"}, nil, nil, nil, nil).Backend)
+	assert.NotContains(t, rankArgs(o), "--backend")
 }
 
 func TestParseArgsUsageErrors(t *testing.T) {
@@ -76,6 +83,9 @@ func TestParseArgsUsageErrors(t *testing.T) {
 		{"scale=word", []string{"--repeats-scale", "fast"}, "-repeats-scale"},
 		{"timeout=zero", []string{"--timeout", "0"}, "--timeout must be a positive number of seconds"},
 		{"timeout=inf", []string{"--timeout", "+Inf"}, "--timeout must be a positive number of seconds"},
+		{"backend=unknown", []string{"-n", "2", "--backend", "mpi"}, `--backend must be tcp or shm, got "mpi"`},
+		{"backend=without-n", []string{"--backend", "shm"}, "--backend needs -n"},
+		{"backend=shm-raw", []string{"-n", "2", "--backend", "shm", "--raw"}, "--raw is the relay over tcp"},
 		{"flag=unknown", []string{"--ranks", "2,4"}, "flag provided but not defined: -ranks"},
 		{"args=positional", []string{"-n", "2", "extra"}, `unexpected argument "extra"`},
 	} {
@@ -98,7 +108,7 @@ func TestHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, exitOK, run([]string{"-h"}, &stdout, &stderr))
 	assert.Empty(t, stderr.String())
-	for _, want := range append([]string{synopsis, "-repeats-scale", "-workloads", "-json", "-timeout"}, workloadNames()...) {
+	for _, want := range append([]string{synopsis, "-backend", "-repeats-scale", "-workloads", "-json", "-timeout"}, workloadNames()...) {
 		assert.Contains(t, stdout.String(), want)
 	}
 }

@@ -9,7 +9,8 @@ import (
 
 // launchConfig is the job starbench -n runs through internal/launch
 // (imported as joblaunch: launch is starbench's function): o.n ranks of
-// command over TCP on 127.0.0.1 (rank 0 bound to 127.0.0.1), starting from
+// command over TCP on 127.0.0.1 (rank 0 bound to 127.0.0.1), or through a
+// shared-memory segment with o.backend shm, starting from
 // the environment env. Rank 0's standard output (the
 // results) goes to stdout unchanged, every other line to stderr prefixed
 // with "[r] ". A rank exiting with exitPeerFailed says another rank failed
@@ -19,6 +20,7 @@ func launchConfig(o options, command, env []string, stdout, stderr io.Writer, si
 		Name:           "starbench",
 		Command:        command,
 		Ranks:          o.n,
+		Backend:        o.backend,
 		Timeout:        o.timeout,
 		Bind:           joblaunch.Coordinator,
 		Grace:          joblaunch.DefaultGrace,

@@ -71,6 +71,7 @@ func runRank(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	}
 	if o.timeout > 0 {
 		cfg.Timeout = time.Duration(o.timeout * float64(time.Second))
+		cfg.ShmTimeout = cfg.Timeout
 	}
 	var c comm.Communicator
 	if o.raw {

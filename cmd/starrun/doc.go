@@ -1,16 +1,19 @@
 // Command starrun launches a local starcomm job: N copies of a program, one
-// per rank, wired to a TCP coordinator on 127.0.0.1 through the COBRE_*
-// environment variables (like mpirun or torchrun, for one machine).
+// per rank, wired to a TCP coordinator on 127.0.0.1 (or, with --backend
+// shm, to one shared-memory segment) through the COBRE_* environment
+// variables (like mpirun or torchrun, for one machine).
 //
 // Usage:
 //
-//	starrun -n N [--port P] [--timeout S] [--bind ADDR] [--grace D] [--settle D] -- CMD [ARGS...]
+//	starrun -n N [--backend tcp|shm] [--port P] [--timeout S] [--bind ADDR] [--grace D] [--settle D] -- CMD [ARGS...]
 //
 // Flags:
 //
 //	-n N          number of ranks to start (required, at least 1)
+//	--backend B   tcp (the default: a coordinator on 127.0.0.1) or shm (a shared-memory segment)
 //	--port P      coordinator port, 0..65535; 0 (the default) picks a free port
 //	--timeout S   collective timeout in whole seconds (> 0), passed as COBRE_TCP_TIMEOUT_SECS
+//	              (COBRE_SHM_TIMEOUT_SECS with --backend shm)
 //	--bind ADDR   address the coordinator listens on, passed as COBRE_TCP_BIND_ADDR
 //	--grace D     time between SIGTERM and SIGKILL when a job is stopped, e.g. 200ms (default 5s)
 //	--settle D    time the other ranks get to end on their own after the first failure, before
@@ -31,6 +34,19 @@
 //	COBRE_TCP_BIND_ADDR=ADDR   (only with --bind)
 //	COBRE_ERROR_FILE=DIR/rank-r.json
 //	GOMAXPROCS=max(1, CPUs/N)  (only when starrun's environment has no GOMAXPROCS)
+//
+// With --backend shm (--port and --bind do not apply) it is instead
+//
+//	COBRE_COMM_BACKEND=shm
+//	COBRE_SHM_NAME=job-PID-RANDOM  (starrun's process id and 16 random hex digits: unique to the job)
+//	COBRE_TCP_RANK=r
+//	COBRE_TCP_SIZE=N
+//	COBRE_SHM_TIMEOUT_SECS=S   (only with --timeout)
+//	COBRE_ERROR_FILE=DIR/rank-r.json
+//	GOMAXPROCS=max(1, CPUs/N)  (only when starrun's environment has no GOMAXPROCS)
+//
+// and starrun removes the segment's file, if one is left (every rank was
+// killed), when the job ends.
 //
 // GOMAXPROCS shares the host's CPUs among the ranks, as torchrun's
 // OMP_NUM_THREADS=1 does: with more Go threads than cores, the ranks'

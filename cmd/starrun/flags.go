@@ -24,11 +24,12 @@ const (
 const defaultGrace = launch.DefaultGrace
 
 // synopsis is the one-line usage shown with every usage error.
-const synopsis = "usage: starrun -n N [--port P] [--timeout S] [--bind ADDR] [--grace D] [--settle D] -- CMD [ARGS...]"
+const synopsis = "usage: starrun -n N [--backend tcp|shm] [--port P] [--timeout S] [--bind ADDR] [--grace D] [--settle D] -- CMD [ARGS...]"
 
 // config is one validated starrun command line.
 type config struct {
 	n       int           // number of ranks, at least 1
+	backend string        // tcp or shm
 	port    int           // coordinator port; 0 means pick a free one
 	timeout int           // COBRE_TCP_TIMEOUT_SECS; 0 means not given
 	bind    string        // COBRE_TCP_BIND_ADDR; "" means not given
@@ -43,8 +44,9 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("starrun", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.IntVar(&cfg.n, "n", 0, "number of ranks to start (required, at least 1)")
+	fs.StringVar(&cfg.backend, "backend", launch.BackendTCP, "how the ranks talk: tcp (a coordinator on 127.0.0.1) or shm (a shared-memory segment named for the job, COBRE_SHM_NAME)")
 	fs.IntVar(&cfg.port, "port", 0, "coordinator TCP port passed as COBRE_TCP_PORT, 0..65535; 0 picks a free port")
-	fs.IntVar(&cfg.timeout, "timeout", 0, "collective timeout in seconds (> 0) passed as COBRE_TCP_TIMEOUT_SECS; unset if not given")
+	fs.IntVar(&cfg.timeout, "timeout", 0, "collective timeout in seconds (> 0) passed as COBRE_TCP_TIMEOUT_SECS (COBRE_SHM_TIMEOUT_SECS with --backend shm); unset if not given")
 	fs.StringVar(&cfg.bind, "bind", "", "coordinator listen address passed as COBRE_TCP_BIND_ADDR; unset if not given")
 	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "time ranks get between SIGTERM and SIGKILL when the job is stopped")
 	fs.DurationVar(&cfg.settle, "settle", launch.DefaultSettle, "time the other ranks get to end on their own after the first one fails, before they are stopped")
@@ -68,6 +70,10 @@ func parseArgs(args []string) (config, error) {
 		return config{}, errors.New("-n is required: give the number of ranks, e.g. -n 4")
 	case cfg.n < 1:
 		return config{}, fmt.Errorf("-n must be at least 1, got %d", cfg.n)
+	case cfg.backend != launch.BackendTCP && cfg.backend != launch.BackendShm:
+		return config{}, fmt.Errorf("--backend must be tcp or shm, got %q", cfg.backend)
+	case cfg.backend == launch.BackendShm && (given["port"] || given["bind"]):
+		return config{}, errors.New("--port and --bind are for --backend tcp; shm ranks use no socket")
 	case cfg.port < 0 || cfg.port > 65535:
 		return config{}, fmt.Errorf("--port must be in 0..65535 (0 picks a free port), got %d", cfg.port)
 	case given["timeout"] && cfg.timeout <= 0:
@@ -90,7 +96,8 @@ func writeHelp(w io.Writer) {
 	var cfg config
 	fs := newFlagSet(&cfg)
 	fmt.Fprintln(w, synopsis)
-	fmt.Fprintln(w, "\nStarts N local ranks of CMD wired to a TCP coordinator on 127.0.0.1 through COBRE_* variables.")
+	fmt.Fprintln(w, "\nStarts N local ranks of CMD wired to a TCP coordinator on 127.0.0.1 (or, with --backend shm, to a")
+	fmt.Fprintln(w, "shared-memory segment unique to the job) through COBRE_* variables.")
 	fmt.Fprintln(w, "When a rank fails, stops the others and, once all have exited, names the root cause from the")
 	fmt.Fprintln(w, "ranks' error records (COBRE_ERROR_FILE) and exits with its code.")
 	fmt.Fprintln(w, "\nFlags (- and -- are equivalent):")

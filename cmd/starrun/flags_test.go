@@ -26,6 +26,8 @@ func TestUsageErrors(t *testing.T) {
 		{name: "flag=bind/empty", args: []string{"-n", "2", "--bind", "", "--", "prog"}, want: "--bind must not be empty"},
 		{name: "flag=grace/negative", args: []string{"-n", "2", "--grace", "-1s", "--", "prog"}, want: "--grace must not be negative"},
 		{name: "flag=grace/not-a-duration", args: []string{"-n", "2", "--grace", "soon", "--", "prog"}, want: "-grace"},
+		{name: "flag=backend/unknown", args: []string{"-n", "2", "--backend", "mpi", "--", "prog"}, want: "--backend must be tcp or shm"},
+		{name: "flag=backend/shm-with-port", args: []string{"-n", "2", "--backend", "shm", "--port", "4000", "--", "prog"}, want: "--port and --bind are for --backend tcp"},
 		{name: "flag=unknown", args: []string{"-n", "2", "--bogus", "--", "prog"}, want: "-bogus"},
 		{name: "command=missing", args: []string{"-n", "2"}, want: "no command given"},
 		{name: "command=empty-after-dashes", args: []string{"-n", "2", "--"}, want: "no command given"},
@@ -56,7 +58,7 @@ func TestHelp(t *testing.T) {
 		if code := l.Run([]string{arg}); code != 0 {
 			t.Errorf("%s: exit code = %d, want 0", arg, code)
 		}
-		for _, want := range []string{synopsis, "-n int", "-port int", "-timeout int", "-bind string", "-grace duration"} {
+		for _, want := range []string{synopsis, "-n int", "-backend string", "-port int", "-timeout int", "-bind string", "-grace duration"} {
 			if !strings.Contains(stdout.String(), want) {
 				t.Errorf("%s: help lacks %q:\n%s", arg, want, stdout.String())
 			}
@@ -84,6 +86,10 @@ func TestParseArgs(t *testing.T) {
 			want: config{n: 2, grace: defaultGrace, command: []string{"prog", "-n", "5"}},
 		},
 		{
+			name: "form=shm", args: []string{"-n", "4", "--backend", "shm", "--timeout", "5", "--", "prog"},
+			want: config{n: 4, backend: "shm", timeout: 5, grace: defaultGrace, command: []string{"prog"}},
+		},
+		{
 			name: "form=zero-grace", args: []string{"-n", "2", "--grace", "0", "--", "prog"},
 			want: config{n: 2, command: []string{"prog"}},
 		},
@@ -95,7 +101,10 @@ func TestParseArgs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseArgs: %v", err)
 			}
-			if got.n != tt.want.n || got.port != tt.want.port || got.timeout != tt.want.timeout ||
+			if tt.want.backend == "" {
+				tt.want.backend = "tcp"
+			}
+			if got.n != tt.want.n || got.backend != tt.want.backend || got.port != tt.want.port || got.timeout != tt.want.timeout ||
 				got.bind != tt.want.bind || got.grace != tt.want.grace || !slices.Equal(got.command, tt.want.command) {
 				t.Errorf("parseArgs = %+v, want %+v", got, tt.want)
 			}

@@ -51,6 +51,7 @@ func (l *Launcher) jobConfig(cfg config) launch.Config {
 		Name:    "starrun",
 		Command: cfg.command,
 		Ranks:   cfg.n,
+		Backend: cfg.backend,
 		Port:    cfg.port,
 		Timeout: float64(cfg.timeout),
 		Bind:    cfg.bind,

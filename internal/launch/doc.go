@@ -19,6 +19,20 @@
 //	COBRE_ERROR_FILE=DIR/rank-r.json
 //	GOMAXPROCS=max(1, CPUs/N)   (only when the environment has no GOMAXPROCS)
 //
+// With Config.Backend "shm" the ranks share a segment instead, and rank r
+// gets
+//
+//	COBRE_COMM_BACKEND=shm
+//	COBRE_SHM_NAME=NAME         (Config.ShmName, or job-PID-RANDOM: unique to the job)
+//	COBRE_TCP_RANK=r
+//	COBRE_TCP_SIZE=N
+//	COBRE_SHM_TIMEOUT_SECS=S    (only when Config.Timeout is set)
+//	COBRE_ERROR_FILE=DIR/rank-r.json
+//	GOMAXPROCS=max(1, CPUs/N)   (only when the environment has no GOMAXPROCS)
+//
+// and the launcher removes the segment's file, if any is left, when the job
+// ends (the ranks remove it themselves unless every one of them was killed).
+//
 // These replace any inherited value of the same variable; every other
 // variable passes through. A free port is found by listening on port 0 of
 // the bind address (127.0.0.1 by default) and closing the socket before the

@@ -15,22 +15,40 @@ import (
 const Coordinator = "127.0.0.1"
 
 // rankEnv returns the environment of rank r of the job cfg describes, with
-// rank 0 on port and the rank's error file in errDir: base without the
-// variables the launcher sets, followed by them. Unless base sets
-// GOMAXPROCS, each rank gets GOMAXPROCS = max(1, CPUs / ranks).
+// rank 0 on port (tcp) or the segment cfg.ShmName (shm) and the rank's
+// error file in errDir: base without the variables the launcher sets,
+// followed by them. Unless base sets GOMAXPROCS, each rank gets
+// GOMAXPROCS = max(1, CPUs / ranks).
 func rankEnv(base []string, cfg *Config, port, r int, errDir string) []string {
-	set := []string{
-		"COBRE_COMM_BACKEND=tcp",
-		"COBRE_TCP_COORDINATOR=" + Coordinator,
-		"COBRE_TCP_PORT=" + strconv.Itoa(port),
-		"COBRE_TCP_RANK=" + strconv.Itoa(r),
-		"COBRE_TCP_SIZE=" + strconv.Itoa(cfg.Ranks),
-	}
+	var set []string
+	timeout := ""
 	if cfg.Timeout > 0 {
-		set = append(set, "COBRE_TCP_TIMEOUT_SECS="+strconv.FormatFloat(cfg.Timeout, 'g', -1, 64))
+		timeout = strconv.FormatFloat(cfg.Timeout, 'g', -1, 64)
 	}
-	if cfg.Bind != "" {
-		set = append(set, "COBRE_TCP_BIND_ADDR="+cfg.Bind)
+	if cfg.Backend == BackendShm {
+		set = []string{
+			"COBRE_COMM_BACKEND=shm",
+			"COBRE_SHM_NAME=" + cfg.ShmName,
+			"COBRE_TCP_RANK=" + strconv.Itoa(r),
+			"COBRE_TCP_SIZE=" + strconv.Itoa(cfg.Ranks),
+		}
+		if timeout != "" {
+			set = append(set, "COBRE_SHM_TIMEOUT_SECS="+timeout)
+		}
+	} else {
+		set = []string{
+			"COBRE_COMM_BACKEND=tcp",
+			"COBRE_TCP_COORDINATOR=" + Coordinator,
+			"COBRE_TCP_PORT=" + strconv.Itoa(port),
+			"COBRE_TCP_RANK=" + strconv.Itoa(r),
+			"COBRE_TCP_SIZE=" + strconv.Itoa(cfg.Ranks),
+		}
+		if timeout != "" {
+			set = append(set, "COBRE_TCP_TIMEOUT_SECS="+timeout)
+		}
+		if cfg.Bind != "" {
+			set = append(set, "COBRE_TCP_BIND_ADDR="+cfg.Bind)
+		}
 	}
 	set = append(set, errfile.Env+"="+errorFile(errDir, r))
 	if kv, ok := GoMaxProcs(base, cfg.Ranks, runtime.NumCPU()); ok {

@@ -75,6 +75,14 @@ func TestRankEnv(t *testing.T) {
 				"COBRE_TCP_TIMEOUT_SECS=7", "COBRE_ERROR_FILE=/job/rank-1.json", procs,
 			},
 		},
+		{
+			name: "backend=shm/options=timeout,bind", cfg: Config{Ranks: 3, Backend: BackendShm, ShmName: "job-1", Timeout: 2.5, Bind: "0.0.0.0"},
+			want: []string{
+				"PATH=/bin", "COBRE_TCP_TIMEOUT_SECS=9", "COBRE_TCP_BIND_ADDR=1.2.3.4",
+				"COBRE_COMM_BACKEND=shm", "COBRE_SHM_NAME=job-1", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
+				"COBRE_SHM_TIMEOUT_SECS=2.5", "COBRE_ERROR_FILE=/job/rank-1.json", procs,
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

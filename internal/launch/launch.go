@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/starcomm/starcomm/internal/errfile"
+	"github.com/starcomm/starcomm/shm"
 )
 
 // Output chooses where the ranks' output goes.
@@ -38,6 +40,12 @@ const (
 	ExitLaunchError = 1   // the job could not be set up (port, directory, pipes, fork)
 	ExitCannotExec  = 126 // the command exists but could not be started
 	ExitNotFound    = 127 // the command was not found
+)
+
+// The backends a job can run.
+const (
+	BackendTCP = "tcp"
+	BackendShm = "shm"
 )
 
 // DefaultGrace is the time ranks get between SIGTERM and SIGKILL when a job
@@ -66,10 +74,19 @@ type Config struct {
 	Command []string
 	// Ranks is the number of ranks, at least 1.
 	Ranks int
-	// Port is rank 0's TCP port (COBRE_TCP_PORT); 0 picks a free one.
+	// Backend is the ranks' backend: "" or BackendTCP (rank 0 a TCP
+	// coordinator on this host), or BackendShm (every rank maps one
+	// shared-memory segment).
+	Backend string
+	// ShmName is the segment's name with BackendShm (COBRE_SHM_NAME); ""
+	// picks one unique to the job (see the package doc).
+	ShmName string
+	// Port is rank 0's TCP port (COBRE_TCP_PORT); 0 picks a free one. Not
+	// used with BackendShm.
 	Port int
 	// Timeout is the collective timeout in seconds passed as
-	// COBRE_TCP_TIMEOUT_SECS; 0 leaves the variable as inherited.
+	// COBRE_TCP_TIMEOUT_SECS (COBRE_SHM_TIMEOUT_SECS with BackendShm); 0
+	// leaves the variable as inherited.
 	Timeout float64
 	// Bind is the address rank 0 listens on, passed as COBRE_TCP_BIND_ADDR
 	// and used to pick a free port; "" leaves the variable as inherited
@@ -185,7 +202,20 @@ func Run(cfg Config) Result {
 	}
 	defer os.RemoveAll(errDir)
 	port := cfg.Port
-	if port == 0 {
+	switch cfg.Backend {
+	case "", BackendTCP:
+	case BackendShm:
+		if cfg.ShmName == "" {
+			cfg.ShmName = jobName()
+		}
+		// The segment goes when the job ends: the ranks remove it, but a
+		// job whose every rank was killed at once cannot.
+		defer os.Remove(shm.SegmentPath("", cfg.ShmName))
+	default:
+		j.printf("unknown backend %q (want %s or %s)", cfg.Backend, BackendTCP, BackendShm)
+		return Result{Code: ExitLaunchError, SetupFailed: true}
+	}
+	if port == 0 && cfg.Backend != BackendShm {
 		host := cfg.Bind
 		if host == "" {
 			host = Coordinator
@@ -242,6 +272,14 @@ func sameWriter(a, b io.Writer) (same bool) {
 // name, to Stderr.
 func (j *job) printf(format string, args ...any) {
 	j.stderr.Printf("%s: "+format, append([]any{j.cfg.Name}, args...)...)
+}
+
+// jobName returns a segment name unique to this job: the launcher's
+// process id and 8 random bytes.
+func jobName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("job-%d-%x", os.Getpid(), b)
 }
 
 // freePort asks the kernel for a free TCP port on host and releases it;

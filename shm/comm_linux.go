@@ -1,0 +1,771 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/starcomm/starcomm/comm"
+)
+
+// Waiting: a rank that waits for a peer first re-reads the peer's counter
+// spinLoads times, then yields its CPU (sched_yield) for yieldFor, then
+// sleeps on its bell (a futex in the segment) in slices of at most
+// sleepSlice, woken by the peer's next step.
+const (
+	spinLoads  = 256
+	yieldFor   = 200 * time.Microsecond
+	sleepSlice = 10 * time.Millisecond
+)
+
+// Operation codes in chunk headers and the abort word.
+const (
+	opAllgatherv = 1
+	opAllreduce  = 2
+	opBroadcast  = 3
+	opBarrier    = 4
+	opStartup    = 5
+)
+
+var opNames = [...]string{"", comm.OpAllgatherv, comm.OpAllreduce, comm.OpBroadcast, comm.OpBarrier, OpStartup}
+
+func opName(op uint8) string {
+	if int(op) < len(opNames) && op > 0 {
+		return opNames[op]
+	}
+	return "a collective"
+}
+
+// Failure classes in the abort word.
+const (
+	causeExited   = 1 // the rank's process ended without Close
+	causeTimeout  = 2 // no progress for the timeout
+	causeClosed   = 3 // the rank closed while others waited for it
+	causeCanceled = 4 // the rank's context was cancelled
+	causeDeadline = 5 // the rank's context deadline passed
+	causeMismatch = 6 // arguments or collectives disagree
+	causeInvalid  = 7 // the rank's Close interrupted its collective
+	causeStartup  = 8 // ranks never joined
+)
+
+func causeErr(cause uint8) error {
+	switch cause {
+	case causeExited:
+		return ErrPeerExited
+	case causeTimeout, causeStartup:
+		return os.ErrDeadlineExceeded
+	case causeClosed:
+		return ErrPeerClosed
+	case causeCanceled:
+		return context.Canceled
+	case causeDeadline:
+		return context.DeadlineExceeded
+	case causeMismatch:
+		return ErrMismatch
+	case causeInvalid:
+		return comm.ErrInvalidCommunicator
+	}
+	return errors.New("unknown failure")
+}
+
+// packAbort packs the abort word: blamed and reporter ranks (plus one, so
+// that 0 means no abort), failure class and operation.
+func packAbort(blamed, reporter int, cause, op uint8) uint64 {
+	return uint64(blamed+1) | uint64(reporter+1)<<16 | uint64(cause)<<32 | uint64(op)<<40
+}
+
+func unpackAbort(w uint64) (blamed, reporter int, cause, op uint8) {
+	return int(w&0xffff) - 1, int(w>>16&0xffff) - 1, uint8(w >> 32), uint8(w >> 40)
+}
+
+// A collective's header: what a rank writes at the first step G of a
+// collective, in slot G mod 2 of its control block, on the cache line of
+// its progress counter (a peer that sees the progress reads the header
+// with it). Fields, as offsets in the slot:
+const (
+	chG     = 0  // uint64: the global step
+	chOp    = 8  // uint8
+	chDType = 9  // uint8
+	chRedOp = 10 // uint8
+	chRoot  = 12 // int32
+	chBytes = 16 // uint64: the rank's bytes in the whole collective
+)
+
+// Comm is one rank of a shared-memory communicator: the shm backend. Every
+// rank maps the job's segment; see the package doc for the design. It
+// implements comm.Communicator; Provider returns its shared-memory
+// provider.
+type Comm struct {
+	cfg        CommConfig
+	rank, size int
+	chunk      int
+	seg        *segment
+
+	// g is the next global step; only the collective goroutine uses it.
+	g uint64
+	// seen is 1 + the last step at which this rank saw every peer publish
+	// its chunk (0: none): step G need not wait for peers seen at G-1.
+	seen uint64
+	// active is held by a running collective and by Close, which waits for
+	// the collective it interrupts to return before unmapping.
+	active sync.Mutex
+	closed atomic.Bool
+	// failure is the first failure, after which every call fails.
+	failure atomic.Pointer[failureRecord]
+	// curOp is the operation code of the running or last collective.
+	curOp atomic.Uint32
+
+	reportMu sync.Mutex // serialises this rank's abort reports
+	reported bool       // this rank wrote its failure message
+
+	watch   *watcher
+	regions atomic.Uint64 // regions created, for their file names
+}
+
+// liveComms counts this process's open communicators: more than one only
+// when ranks run as goroutines of one process.
+var liveComms atomic.Int32
+
+type failureRecord struct {
+	err    error
+	blamed int
+}
+
+var _ comm.Communicator = (*Comm)(nil)
+
+// New starts rank cfg.Rank of the shared-memory job cfg.Name: it joins the
+// segment (creating it, or replacing one left by a job that ended without
+// removing it) and returns once every rank has joined. A second live job
+// with the same name is refused with an *InUseError; a rank that does not
+// join within cfg.ConnectTimeout fails every rank that did with a
+// *MissingRanksError; both come wrapped in a *comm.InitializationFailedError.
+func New(ctx context.Context, cfg CommConfig) (*Comm, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	deadline := time.Now().Add(cfg.ConnectTimeout)
+	startFail := func(blamed int, err error) (*Comm, error) {
+		err = &comm.InitializationFailedError{Backend: BackendName, Err: err}
+		if cfg.OnFailure != nil {
+			cfg.OnFailure(Failure{Op: OpStartup, Rank: cfg.Rank, Blamed: blamed, Err: err})
+		}
+		return nil, err
+	}
+	seg, err := join(ctx, cfg, deadline)
+	if err != nil {
+		return startFail(cfg.Rank, err)
+	}
+	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, chunk: cfg.ChunkBytes, seg: seg}
+	c.curOp.Store(opStartup)
+	if blamed, err := c.awaitStart(ctx, deadline); err != nil {
+		atomic.AddUint32(seg.u32(hStartErr), 1)
+		atomic.StoreUint32(seg.slotState(c.rank), slotFailed)
+		seg.leave()
+		seg.unmap()
+		return startFail(blamed, err)
+	}
+	w, blamed, err := startWatcher(c)
+	if err != nil {
+		c.raise(opStartup, blamed, causeExited, err.Error())
+		atomic.StoreUint32(seg.slotState(c.rank), slotFailed)
+		seg.leave()
+		seg.unmap()
+		return startFail(blamed, err)
+	}
+	c.watch = w
+	liveComms.Add(1)
+	return c, nil
+}
+
+// awaitStart waits until every rank has joined, the deadline passes, ctx
+// ends, or another rank gives up. It returns the rank to blame on failure.
+func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) {
+	s := c.seg
+	joined := s.u32(hJoined)
+	for {
+		n := atomic.LoadUint32(joined)
+		if n == uint32(c.size) {
+			return -1, nil
+		}
+		if w := atomic.LoadUint64(s.u64(hAbort)); w != 0 {
+			blamed, _, _, _ := unpackAbort(w)
+			return blamed, &MissingRanksError{Ranks: s.missing(), Err: c.abortCause(w)}
+		}
+		if err := ctx.Err(); err != nil {
+			return c.rank, fmt.Errorf("waiting for ranks %v to join: %w", s.missing(), err)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			missing := s.missing()
+			blamed := -1
+			if len(missing) > 0 {
+				blamed = missing[0]
+			}
+			c.raise(opStartup, blamed, causeStartup, fmt.Sprintf("ranks %v never joined segment %s within %v", missing, s.path, c.cfg.ConnectTimeout))
+			if w := atomic.LoadUint64(s.u64(hAbort)); w != 0 {
+				blamed, _, _, _ = unpackAbort(w)
+			}
+			return blamed, &MissingRanksError{Ranks: missing, Err: os.ErrDeadlineExceeded}
+		}
+		futexWait(joined, n, min(left, sleepSlice))
+	}
+}
+
+// Rank returns this process's rank.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size returns the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+// Path returns the segment's file (removed once the last rank leaves).
+func (c *Comm) Path() string { return c.seg.path }
+
+// ReplacedStale reports whether this rank found a segment left by a job
+// that ended without removing it (every rank killed, say), and replaced it.
+func (c *Comm) ReplacedStale() bool { return c.seg.replaced }
+
+// Provider returns the communicator's shared-memory provider: regions in
+// POSIX shared memory that every rank maps, rank 0 the leader.
+func (c *Comm) Provider() Provider { return &posixProvider{c: c} }
+
+// begin checks that a collective may start: not closed, not failed. It
+// locks active; end unlocks it.
+func (c *Comm) begin(op string) error {
+	if c.closed.Load() {
+		return comm.ErrInvalidCommunicator
+	}
+	if f := c.failure.Load(); f != nil {
+		return &comm.CollectiveFailedError{Operation: op, Rank: f.blamed,
+			Message: "the communicator failed earlier (fail-stop): " + f.err.Error(), Err: f.err}
+	}
+	c.active.Lock()
+	if c.closed.Load() {
+		c.active.Unlock()
+		return comm.ErrInvalidCommunicator
+	}
+	return nil
+}
+
+func (c *Comm) end() { c.active.Unlock() }
+
+// start checks what must hold before the first step: the context is live
+// and no rank has failed.
+func (c *Comm) start(ctx context.Context, code uint8) error {
+	c.curOp.Store(uint32(code))
+	if err := ctx.Err(); err != nil {
+		c.raise(code, c.rank, ctxCause(err), "context done before the collective started: "+err.Error())
+		return c.abortError(code)
+	}
+	if atomic.LoadUint64(c.seg.u64(hAbort)) != 0 {
+		return c.abortError(code)
+	}
+	return nil
+}
+
+func ctxCause(err error) uint8 {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return causeDeadline
+	}
+	return causeCanceled
+}
+
+// raise publishes this rank's finding that blamed failed, unless a failure
+// was published already (the first one wins, so that every rank names the
+// same rank), and wakes every rank.
+func (c *Comm) raise(op uint8, blamed int, cause uint8, msg string) {
+	c.reportMu.Lock()
+	defer c.reportMu.Unlock()
+	abort := c.seg.u64(hAbort)
+	if atomic.LoadUint64(abort) != 0 {
+		return
+	}
+	if !c.reported {
+		c.reported = true
+		if len(msg) > maxMsg {
+			msg = msg[:maxMsg]
+		}
+		off := c.seg.ctl(c.rank)
+		copy(c.seg.mem[off+cMsg:], msg)
+		atomic.StoreUint32(c.seg.u32(off+cMsgLen), uint32(len(msg)))
+	}
+	if atomic.CompareAndSwapUint64(abort, 0, packAbort(blamed, c.rank, cause, op)) {
+		c.ringAll()
+	}
+}
+
+// abortCause returns the published failure as an *AbortError.
+func (c *Comm) abortCause(w uint64) *AbortError {
+	blamed, reporter, cause, op := unpackAbort(w)
+	msg := ""
+	if reporter >= 0 && reporter < c.size {
+		off := c.seg.ctl(reporter)
+		n := int(atomic.LoadUint32(c.seg.u32(off + cMsgLen)))
+		msg = string(c.seg.mem[off+cMsg : off+cMsg+min(n, maxMsg)])
+	}
+	return &AbortError{Rank: blamed, Reporter: reporter, Op: opName(op), Message: msg, Err: causeErr(cause)}
+}
+
+// abortError is the error of collective op once a failure was published.
+func (c *Comm) abortError(op uint8) error {
+	ae := c.abortCause(atomic.LoadUint64(c.seg.u64(hAbort)))
+	return &comm.CollectiveFailedError{Operation: opName(op), Rank: ae.Rank, Message: ae.Error(), Err: ae}
+}
+
+// fail makes err this rank's first failure (fail-stop): it is recorded,
+// reported to OnFailure, and the rank leaves the segment. It returns err.
+func (c *Comm) fail(op uint8, err error) error {
+	blamed := c.rank
+	var cf *comm.CollectiveFailedError
+	if errors.As(err, &cf) {
+		blamed = cf.Rank
+	}
+	if !c.failure.CompareAndSwap(nil, &failureRecord{err: err, blamed: blamed}) {
+		return err
+	}
+	atomic.StoreUint32(c.seg.slotState(c.rank), slotFailed)
+	c.ringAll()
+	if c.cfg.OnFailure != nil {
+		c.cfg.OnFailure(Failure{Op: opName(op), Rank: c.rank, Blamed: blamed, Err: err})
+	}
+	c.seg.leave()
+	return err
+}
+
+// ring wakes rank q if it sleeps.
+func (c *Comm) ring(q int) {
+	if atomic.LoadUint32(c.seg.sleeping(q)) != 0 {
+		b := c.seg.bell(q)
+		atomic.AddUint32(b, 1)
+		futexWake(b, 1)
+	}
+}
+
+// ringAll wakes every rank, this one included.
+func (c *Comm) ringAll() {
+	for q := range c.size {
+		b := c.seg.bell(q)
+		atomic.AddUint32(b, 1)
+		futexWake(b, 1)
+	}
+}
+
+// post publishes this rank's progress v and wakes the ranks that sleep.
+func (c *Comm) post(v uint64) {
+	atomic.StoreUint64(c.seg.prog(c.rank), v)
+	for q := range c.size {
+		if q != c.rank {
+			c.ring(q)
+		}
+	}
+}
+
+// errHang is returned by wait when the timeout passed; the abort is
+// published.
+var errStop = errors.New("stop")
+
+// wait waits until rank q's progress reaches want. On failure the abort
+// is published and errStop returned: the caller returns abortError.
+func (c *Comm) wait(ctx context.Context, q int, want uint64) error {
+	p := c.seg.prog(q)
+	if atomic.LoadUint64(p) >= want {
+		return nil
+	}
+	for range spinLoads {
+		if atomic.LoadUint64(p) >= want {
+			return nil
+		}
+	}
+	return c.waitSlow(ctx, q, want)
+}
+
+func (c *Comm) waitSlow(ctx context.Context, q int, want uint64) error {
+	s := c.seg
+	p := s.prog(q)
+	abort := s.u64(hAbort)
+	bell, sleeping := s.bell(c.rank), s.sleeping(c.rank)
+	op := uint8(c.curOp.Load())
+	start := time.Now()
+	last, lastProgress := atomic.LoadUint64(p), start
+	for {
+		v := atomic.LoadUint64(p)
+		if v >= want {
+			return nil
+		}
+		if atomic.LoadUint64(abort) != 0 {
+			return errStop
+		}
+		if c.closed.Load() {
+			c.raise(op, c.rank, causeInvalid, fmt.Sprintf("rank %d closed its communicator during %s", c.rank, opName(op)))
+			return errStop
+		}
+		if err := ctx.Err(); err != nil {
+			c.raise(op, c.rank, ctxCause(err), fmt.Sprintf("rank %d's context ended during %s: %v", c.rank, opName(op), err))
+			return errStop
+		}
+		if st := atomic.LoadUint32(s.slotState(q)); st == slotClosed {
+			// q publishes its last progress before it closes: read it
+			// again, it may have finished this step just before.
+			if atomic.LoadUint64(p) >= want {
+				return nil
+			}
+			c.raise(op, q, causeClosed, fmt.Sprintf("rank %d closed its communicator while rank %d waited for it in %s", q, c.rank, opName(op)))
+			return errStop
+		}
+		now := time.Now()
+		if v != last {
+			last, lastProgress = v, now
+		}
+		stalled := now.Sub(lastProgress)
+		if stalled >= c.cfg.Timeout {
+			culprit := c.slowest(q)
+			c.raise(op, culprit, causeTimeout, fmt.Sprintf("rank %d made no progress for %v (rank %d waited for rank %d in %s)", culprit, c.cfg.Timeout, c.rank, q, opName(op)))
+			return errStop
+		}
+		if now.Sub(start) < yieldFor {
+			// When ranks are goroutines of one process (tests), let the
+			// others run on this P first; then other processes.
+			if liveComms.Load() > 1 {
+				runtime.Gosched()
+			}
+			schedYield()
+			continue
+		}
+		b := atomic.LoadUint32(bell)
+		atomic.StoreUint32(sleeping, 1)
+		if atomic.LoadUint64(p) == v && atomic.LoadUint64(abort) == 0 && !c.closed.Load() {
+			futexWait(bell, b, min(sleepSlice, c.cfg.Timeout-stalled))
+		}
+		atomic.StoreUint32(sleeping, 0)
+	}
+}
+
+// slowest returns the rank to blame for a hang: the peer with the least
+// progress (it stopped; the others advanced until they waited for it),
+// preferring q, the rank waited for, among equals.
+func (c *Comm) slowest(q int) int {
+	best, bestProg := q, atomic.LoadUint64(c.seg.prog(q))
+	for r := range c.size {
+		if r == c.rank {
+			continue
+		}
+		if v := atomic.LoadUint64(c.seg.prog(r)); v < bestProg {
+			best, bestProg = r, v
+		}
+	}
+	return best
+}
+
+// stepBegin starts global step G: it waits until every peer has consumed
+// step G-2, whose half G uses again: until it has published step G-1 (a
+// rank publishes a step only once it is done with the one before).
+func (c *Comm) stepBegin(ctx context.Context, G uint64) error {
+	if G < 2 || c.seen >= G {
+		return nil
+	}
+	for q := range c.size {
+		if q != c.rank {
+			if err := c.wait(ctx, q, G); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// halfOf returns the offset of rank r's half for step G.
+func (c *Comm) halfOf(r int, G uint64) int { return c.seg.half(r, int(G&1)) }
+
+// data returns n bytes of the data area of rank r's half for step G.
+func (c *Comm) data(r int, G uint64, n int) []byte {
+	off := c.halfOf(r, G)
+	return c.seg.mem[off : off+n : off+n]
+}
+
+// hdrOf returns the offset of rank r's header slot for step G.
+func (c *Comm) hdrOf(r int, G uint64) int { return c.seg.ctl(r) + cHdr + int(G&1)*hdrSize }
+
+// writeHeader writes this rank's header for the first step G of a
+// collective.
+func (c *Comm) writeHeader(G uint64, op, dt, redop uint8, root int, bytes int) {
+	off := c.hdrOf(c.rank, G)
+	s := c.seg
+	*s.u64(off + chG) = G
+	s.mem[off+chOp], s.mem[off+chDType], s.mem[off+chRedOp] = op, dt, redop
+	*(*int32)(s.ptr(off + chRoot)) = int32(root)
+	*s.u64(off + chBytes) = uint64(bytes)
+}
+
+// header reads rank q's header for step G.
+func (c *Comm) header(q int, G uint64) (g uint64, op, dt, redop uint8, root int, bytes int) {
+	off := c.hdrOf(q, G)
+	s := c.seg
+	return *s.u64(off + chG), s.mem[off+chOp], s.mem[off+chDType], s.mem[off+chRedOp],
+		int(*(*int32)(s.ptr(off + chRoot))), int(*s.u64(off + chBytes))
+}
+
+// checkHeader compares rank q's header for the first step G of collective
+// op with what this rank expects; wantBytes < 0 skips the length. It
+// publishes the abort and returns the error for this rank on a mismatch.
+func (c *Comm) checkHeader(q int, G uint64, op, dt, redop uint8, root, wantBytes int) error {
+	g, qop, qdt, qred, qroot, qbytes := c.header(q, G)
+	var why string
+	switch {
+	case g != G:
+		why = fmt.Sprintf("rank %d is at step %d, rank %d at step %d", q, g, c.rank, G)
+	case qop != op:
+		why = fmt.Sprintf("rank %d called %s, rank %d %s", q, opName(qop), c.rank, opName(op))
+	case qdt != dt:
+		why = fmt.Sprintf("rank %d passed %v elements, rank %d %v", q, comm.DType(qdt), c.rank, comm.DType(dt))
+	case qred != redop:
+		why = fmt.Sprintf("rank %d reduces with %v, rank %d with %v", q, comm.ReduceOp(qred), c.rank, comm.ReduceOp(redop))
+	case qroot != root:
+		why = fmt.Sprintf("rank %d broadcasts from root %d, rank %d from root %d", q, qroot, c.rank, root)
+	case wantBytes >= 0 && qbytes != wantBytes:
+		c.raise(op, c.rank, causeMismatch, fmt.Sprintf("rank %d's %s contribution is %d bytes; rank %d expected %d", q, opName(op), qbytes, c.rank, wantBytes))
+		return &comm.InvalidBufferSizeError{Operation: opName(op), Expected: wantBytes, Actual: qbytes, Unit: "bytes", Detail: fmt.Sprintf("contribution of rank %d", q)}
+	default:
+		return nil
+	}
+	c.raise(op, c.rank, causeMismatch, why)
+	ae := c.abortCause(atomic.LoadUint64(c.seg.u64(hAbort)))
+	return &comm.CollectiveFailedError{Operation: opName(op), Rank: ae.Rank, Message: ae.Error(), Err: ae}
+}
+
+// steps is the number of steps that move n bytes (at least one).
+func (c *Comm) steps(n int) int { return max(1, (n+c.chunk-1)/c.chunk) }
+
+// finishErr turns a step's error into the collective's result (fail-stop).
+func (c *Comm) finishErr(op uint8, err error) error {
+	if errors.Is(err, errStop) {
+		err = c.abortError(op)
+	}
+	return c.fail(op, err)
+}
+
+// Allgatherv gathers every rank's send into recv at displs[r] (in
+// elements). Each rank writes its contribution once, chunk by chunk, into
+// its own half of the segment, and every other rank copies it from there
+// straight into its recv.
+func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, displs []int) error {
+	if err := c.begin(comm.OpAllgatherv); err != nil {
+		return err
+	}
+	defer c.end()
+	if _, err := comm.CheckAllgatherv(c.rank, c.size, send, recv, counts, displs); err != nil {
+		return err
+	}
+	if err := c.start(ctx, opAllgatherv); err != nil {
+		return c.fail(opAllgatherv, err)
+	}
+	es := send.Type.Size()
+	most := 0
+	for _, n := range counts {
+		most = max(most, n*es)
+	}
+	mine := len(send.Bytes)
+	myOff := displs[c.rank] * es
+	n := c.steps(most)
+	for s := range n {
+		G := c.g + uint64(s)
+		if err := c.stepBegin(ctx, G); err != nil {
+			return c.finishErr(opAllgatherv, err)
+		}
+		lo := s * c.chunk
+		if lo < mine {
+			hi := min(lo+c.chunk, mine)
+			copy(c.data(c.rank, G, hi-lo), send.Bytes[lo:hi])
+			copy(recv.Bytes[myOff+lo:myOff+hi], send.Bytes[lo:hi])
+		}
+		if s == 0 {
+			c.writeHeader(G, opAllgatherv, uint8(send.Type), 0, 0, mine)
+		}
+		c.post(G + 1)
+		all := true
+		for i := 1; i < c.size; i++ {
+			q := (c.rank + i) % c.size
+			qb := counts[q] * es
+			if s > 0 && lo >= qb {
+				all = false
+				continue
+			}
+			if err := c.wait(ctx, q, G+1); err != nil {
+				return c.finishErr(opAllgatherv, err)
+			}
+			if s == 0 {
+				if err := c.checkHeader(q, G, opAllgatherv, uint8(send.Type), 0, 0, qb); err != nil {
+					return c.fail(opAllgatherv, err)
+				}
+			}
+			if lo < qb {
+				hi := min(lo+c.chunk, qb)
+				off := displs[q]*es + lo
+				copy(recv.Bytes[off:off+hi-lo], c.data(q, G, hi-lo))
+			}
+		}
+		if all {
+			c.seen = G + 1
+		}
+	}
+	c.g += uint64(n)
+	return nil
+}
+
+// Allreduce reduces send element-wise across ranks, in rank order, into
+// recv on every rank. Each rank writes its send once, chunk by chunk; every
+// rank reduces the chunks of ranks 0, 1, ..., R-1 in that order, so the
+// result is bit-identical on every rank and to the tcp backend's.
+func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.ReduceOp) error {
+	if err := c.begin(comm.OpAllreduce); err != nil {
+		return err
+	}
+	defer c.end()
+	if err := comm.CheckAllreduce(send, recv, op); err != nil {
+		return err
+	}
+	if err := c.start(ctx, opAllreduce); err != nil {
+		return c.fail(opAllreduce, err)
+	}
+	total := len(send.Bytes)
+	n := c.steps(total)
+	for s := range n {
+		G := c.g + uint64(s)
+		if err := c.stepBegin(ctx, G); err != nil {
+			return c.finishErr(opAllreduce, err)
+		}
+		lo := s * c.chunk
+		hi := min(lo+c.chunk, total)
+		copy(c.data(c.rank, G, hi-lo), send.Bytes[lo:hi])
+		if s == 0 {
+			c.writeHeader(G, opAllreduce, uint8(send.Type), uint8(op), 0, total)
+		}
+		c.post(G + 1)
+		acc := recv.Bytes[lo:hi]
+		for q := range c.size {
+			if q != c.rank {
+				if err := c.wait(ctx, q, G+1); err != nil {
+					return c.finishErr(opAllreduce, err)
+				}
+				if s == 0 {
+					if err := c.checkHeader(q, G, opAllreduce, uint8(send.Type), uint8(op), 0, total); err != nil {
+						return c.fail(opAllreduce, err)
+					}
+				}
+			}
+			src := c.data(q, G, hi-lo)
+			if q == 0 {
+				copy(acc, src)
+			} else {
+				comm.Reduce(send.Type, op, acc, src)
+			}
+		}
+		c.seen = G + 1
+	}
+	c.g += uint64(n)
+	return nil
+}
+
+// Broadcast copies root's buf into every rank's buf: the root writes it
+// once, chunk by chunk, and every other rank copies it out.
+func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
+	if err := c.begin(comm.OpBroadcast); err != nil {
+		return err
+	}
+	defer c.end()
+	if err := comm.CheckBroadcast(buf, root, c.size); err != nil {
+		return err
+	}
+	if err := c.start(ctx, opBroadcast); err != nil {
+		return c.fail(opBroadcast, err)
+	}
+	total := len(buf.Bytes)
+	n := c.steps(total)
+	for s := range n {
+		G := c.g + uint64(s)
+		if err := c.stepBegin(ctx, G); err != nil {
+			return c.finishErr(opBroadcast, err)
+		}
+		lo := s * c.chunk
+		hi := min(lo+c.chunk, total)
+		if c.rank == root {
+			copy(c.data(c.rank, G, hi-lo), buf.Bytes[lo:hi])
+		}
+		if s == 0 {
+			c.writeHeader(G, opBroadcast, uint8(buf.Type), 0, root, total)
+		}
+		c.post(G + 1)
+		if c.rank != root {
+			if err := c.wait(ctx, root, G+1); err != nil {
+				return c.finishErr(opBroadcast, err)
+			}
+			if s == 0 {
+				if err := c.checkHeader(root, G, opBroadcast, uint8(buf.Type), 0, root, total); err != nil {
+					return c.fail(opBroadcast, err)
+				}
+			}
+			copy(buf.Bytes[lo:hi], c.data(root, G, hi-lo))
+		}
+	}
+	c.g += uint64(n)
+	return nil
+}
+
+// Barrier returns once every rank has entered it: each rank publishes its
+// arrival and waits for every other rank's.
+func (c *Comm) Barrier(ctx context.Context) error {
+	if err := c.begin(comm.OpBarrier); err != nil {
+		return err
+	}
+	defer c.end()
+	if err := c.start(ctx, opBarrier); err != nil {
+		return c.fail(opBarrier, err)
+	}
+	G := c.g
+	if err := c.stepBegin(ctx, G); err != nil {
+		return c.finishErr(opBarrier, err)
+	}
+	c.writeHeader(G, opBarrier, 0, 0, 0, 0)
+	c.post(G + 1)
+	for i := 1; i < c.size; i++ {
+		q := (c.rank + i) % c.size
+		if err := c.wait(ctx, q, G+1); err != nil {
+			return c.finishErr(opBarrier, err)
+		}
+		if err := c.checkHeader(q, G, opBarrier, 0, 0, 0, 0); err != nil {
+			return c.fail(opBarrier, err)
+		}
+	}
+	c.seen = G + 1
+	c.g++
+	return nil
+}
+
+// Close releases the communicator: it interrupts a running collective
+// (which fails naming this rank), tells the other ranks this one is gone,
+// leaves the segment (the last rank to leave removes its file) and unmaps
+// it. It always returns promptly; a second Close returns nil. Regions of
+// the Provider stay mapped until released.
+func (c *Comm) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	b := c.seg.bell(c.rank)
+	atomic.AddUint32(b, 1)
+	futexWake(b, 1)
+	c.active.Lock()
+	defer c.active.Unlock()
+	if c.failure.Load() == nil {
+		atomic.StoreUint32(c.seg.slotState(c.rank), slotClosed)
+		c.ringAll()
+	}
+	c.watch.stop()
+	c.seg.leave()
+	c.seg.unmap()
+	liveComms.Add(-1)
+	return nil
+}

@@ -1,0 +1,384 @@
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The segment's layout. Every offset is a multiple of 64 (a cache line) so
+// that words written by different ranks never share a line.
+//
+//	0       header (page 0): magic, version, geometry, state, abort word
+//	4096    control blocks, ctlStride bytes per rank
+//	dataOff per rank, two halves of ChunkBytes each
+const (
+	segMagic   = 0x314d485354524153 // "SARTSHM1" little-endian
+	segVersion = 1
+	pageSize   = 4096
+	ctlOff     = pageSize
+	ctlStride  = 512
+)
+
+// Header fields (offsets in page 0).
+const (
+	hMagic    = 0   // uint64
+	hVersion  = 8   // uint32
+	hSize     = 12  // uint32
+	hChunk    = 16  // uint64
+	hNonce    = 24  // uint64: random, set by the rank that initialised the segment
+	hState    = 32  // uint32: stateForming, stateRunning
+	hJoined   = 36  // uint32: ranks that joined; also the start-up futex word
+	hAbort    = 64  // uint64: the abort word (see packAbort), its own cache line
+	hStartErr = 128 // uint32: ranks whose start-up failed
+)
+
+// Segment states.
+const (
+	stateForming = 1
+	stateRunning = 2
+)
+
+// Control block fields (offsets in a rank's block).
+const (
+	cPid      = 0  // int32
+	cState    = 4  // uint32: slotFree, slotJoined, slotClosed, slotFailed
+	cProg     = 64 // uint64: the rank's progress counter, its own line
+	cHdr      = 72 // two collective headers (steps G even, G odd), on the progress line
+	hdrSize   = 24
+	cBell     = 128 // uint32: futex word others ring to wake this rank
+	cSleeping = 132 // uint32: 1 while this rank sleeps on its bell
+	cMsgLen   = 192 // uint32: length of the failure message
+	cMsg      = 196 // the failure message, up to ctlStride-cMsg bytes
+	maxMsg    = ctlStride - cMsg
+)
+
+// Slot states.
+const (
+	slotFree   = 0
+	slotJoined = 1
+	slotClosed = 2
+	slotFailed = 3
+)
+
+// Lock bytes of the segment file (open file description locks, released by
+// the kernel when the process dies however it dies).
+const (
+	lockDoor  = 0 // exclusive while a rank joins, initialises or removes the segment
+	lockAlive = 1 // shared by every member from join to leave
+)
+
+// geometry is the segment's size for a job.
+type geometry struct {
+	size       int
+	chunk      int
+	halfStride int
+	dataOff    int
+	total      int
+}
+
+func newGeometry(size, chunk int) geometry {
+	g := geometry{size: size, chunk: chunk, halfStride: chunk}
+	g.dataOff = roundUp(ctlOff+size*ctlStride, pageSize)
+	g.total = roundUp(g.dataOff+size*2*g.halfStride, pageSize)
+	return g
+}
+
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
+// segment is one rank's mapping of the job's segment.
+type segment struct {
+	path string
+	fd   int
+	mem  []byte
+	geo  geometry
+	base unsafe.Pointer
+	// replaced is true when this rank found a segment left by a job that
+	// had ended without removing it, and replaced it.
+	replaced bool
+}
+
+func (s *segment) ptr(off int) unsafe.Pointer { return unsafe.Add(s.base, off) }
+func (s *segment) u32(off int) *uint32        { return (*uint32)(unsafe.Add(s.base, off)) }
+func (s *segment) u64(off int) *uint64        { return (*uint64)(unsafe.Add(s.base, off)) }
+func (s *segment) ctl(r int) int              { return ctlOff + r*ctlStride }
+func (s *segment) prog(r int) *uint64         { return s.u64(s.ctl(r) + cProg) }
+func (s *segment) bell(r int) *uint32         { return s.u32(s.ctl(r) + cBell) }
+func (s *segment) sleeping(r int) *uint32 {
+	return s.u32(s.ctl(r) + cSleeping)
+}
+func (s *segment) slotState(r int) *uint32 { return s.u32(s.ctl(r) + cState) }
+func (s *segment) pid(r int) *int32        { return (*int32)(unsafe.Add(s.base, s.ctl(r)+cPid)) }
+
+// half returns the offset of rank r's half h (0 or 1).
+func (s *segment) half(r, h int) int {
+	return s.geo.dataOff + (2*r+h)*s.geo.halfStride
+}
+
+// setLock takes (typ F_RDLCK or F_WRLCK) or releases (F_UNLCK) lock byte b
+// without waiting; it reports false when another process holds a
+// conflicting lock.
+func setLock(fd int, b int64, typ int16) (bool, error) {
+	lk := unix.Flock_t{Type: typ, Whence: 0, Start: b, Len: 1}
+	err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES):
+		return false, nil
+	}
+	return false, err
+}
+
+// lockUntil takes lock byte b, retrying until deadline.
+func lockUntil(ctx context.Context, fd int, b int64, typ int16, deadline time.Time) error {
+	wait := 100 * time.Microsecond
+	for {
+		ok, err := setLock(fd, b, typ)
+		if err != nil || ok {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return os.ErrDeadlineExceeded
+		}
+		time.Sleep(wait) // polling a lock held for microseconds by a joining rank
+		wait = min(2*wait, 5*time.Millisecond)
+	}
+}
+
+// sameFile reports whether path still names the file open as fd.
+func sameFile(fd int, path string) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Stat(path, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+// join opens (creating or replacing) the segment of cfg and registers rank
+// cfg.Rank in it. It returns with the door lock released and the alive lock
+// held shared. See the package doc for the protocol.
+func join(ctx context.Context, cfg CommConfig, deadline time.Time) (*segment, error) {
+	path := SegmentPath(cfg.Dir, cfg.Name)
+	geo := newGeometry(cfg.Size, cfg.ChunkBytes)
+	for {
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			err = &fs.PathError{Op: "open", Path: path, Err: err}
+			if errors.Is(err, fs.ErrPermission) {
+				return nil, fmt.Errorf("cannot open the segment (another user's job, or a directory this user may not write): %w", err)
+			}
+			return nil, err
+		}
+		s, retry, err := joinFD(ctx, cfg, path, fd, geo, deadline)
+		if err != nil || !retry {
+			if err != nil {
+				unix.Close(fd)
+			}
+			return s, err
+		}
+		unix.Close(fd) // the file was removed or replaced while we opened it
+	}
+}
+
+// joinFD is join on an open segment file. retry is true when the file
+// was unlinked before this rank took the door: open the path again.
+func joinFD(ctx context.Context, cfg CommConfig, path string, fd int, geo geometry, deadline time.Time) (s *segment, retry bool, err error) {
+	if err := lockUntil(ctx, fd, lockDoor, unix.F_WRLCK, deadline); err != nil {
+		return nil, false, fmt.Errorf("waiting for the segment's door lock: %w", err)
+	}
+	defer setLock(fd, lockDoor, unix.F_UNLCK)
+	if !sameFile(fd, path) {
+		return nil, true, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, false, err
+	}
+	s = &segment{path: path, fd: fd, geo: geo}
+	alone, err := setLock(fd, lockAlive, unix.F_WRLCK)
+	if err != nil {
+		return nil, false, err
+	}
+	if alone {
+		// No live process uses the file: it is new, or left by a job
+		// that ended without removing it. Initialise it afresh.
+		s.replaced = st.Size > 0
+		if err := s.initialise(); err != nil {
+			setLock(fd, lockAlive, unix.F_UNLCK)
+			return nil, false, err
+		}
+		// Holding the door, nobody can take the alive lock between these.
+		if _, err := setLock(fd, lockAlive, unix.F_UNLCK); err != nil {
+			s.unmap()
+			return nil, false, err
+		}
+	} else if err := s.attach(st.Size); err != nil {
+		return nil, false, err
+	}
+	if ok, err := setLock(fd, lockAlive, unix.F_RDLCK); err != nil || !ok {
+		s.unmap()
+		if err == nil {
+			err = errors.New("cannot share the segment's alive lock")
+		}
+		return nil, false, err
+	}
+	if err := s.register(cfg.Rank); err != nil {
+		setLock(fd, lockAlive, unix.F_UNLCK)
+		s.unmap()
+		return nil, false, err
+	}
+	return s, false, nil
+}
+
+// initialise truncates the file to the job's size (zeroing it) and writes
+// the header.
+func (s *segment) initialise() error {
+	if err := unix.Ftruncate(s.fd, 0); err != nil {
+		return fmt.Errorf("truncating the segment: %w", err)
+	}
+	if err := unix.Ftruncate(s.fd, int64(s.geo.total)); err != nil {
+		return fmt.Errorf("sizing the segment to %d bytes: %w", s.geo.total, err)
+	}
+	// Reserve the pages now: a full /dev/shm is an error here, not a
+	// SIGBUS in a collective.
+	if err := unix.Fallocate(s.fd, 0, 0, int64(s.geo.total)); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("allocating the segment's %d bytes: %w", s.geo.total, err)
+	}
+	if err := s.mmap(); err != nil {
+		return err
+	}
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	*s.u32(hVersion) = segVersion
+	*s.u32(hSize) = uint32(s.geo.size)
+	*s.u64(hChunk) = uint64(s.geo.chunk)
+	*s.u64(hNonce) = binary.LittleEndian.Uint64(nonce[:])
+	atomic.StoreUint32(s.u32(hState), stateForming)
+	atomic.StoreUint64(s.u64(hMagic), segMagic)
+	return nil
+}
+
+// attach maps a segment that live processes use and checks that it is this
+// job's, still forming.
+func (s *segment) attach(size int64) error {
+	if size < pageSize {
+		return &InUseError{Path: s.path, Reason: fmt.Sprintf("a live process holds a %d-byte file that is not a starcomm segment", size)}
+	}
+	want := s.geo.total
+	s.geo.total = pageSize
+	if err := s.mmap(); err != nil {
+		return err
+	}
+	magic, version := atomic.LoadUint64(s.u64(hMagic)), *s.u32(hVersion)
+	size32, chunk := int(*s.u32(hSize)), int(*s.u64(hChunk))
+	s.unmap()
+	s.geo.total = want
+	switch {
+	case magic != segMagic || version != segVersion:
+		return &InUseError{Path: s.path, Reason: "a live process holds a file that is not a starcomm segment of this version"}
+	case size32 != s.geo.size || chunk != s.geo.chunk:
+		return &InUseError{Path: s.path, Reason: fmt.Sprintf("a live job of %d ranks with %d-byte chunks uses it; this job has %d ranks with %d-byte chunks", size32, chunk, s.geo.size, s.geo.chunk)}
+	case int64(want) != size:
+		return &InUseError{Path: s.path, Reason: fmt.Sprintf("the segment is %d bytes, want %d", size, want)}
+	}
+	return s.mmap()
+}
+
+// register claims this rank's control block. The caller holds the door.
+func (s *segment) register(rank int) error {
+	if atomic.LoadUint32(s.u32(hState)) == stateRunning {
+		return &InUseError{Path: s.path, Reason: fmt.Sprintf("a job of %d ranks is running on it (pids %v)", s.geo.size, s.pids())}
+	}
+	if atomic.LoadUint32(s.u32(hStartErr)) != 0 {
+		return &InUseError{Path: s.path, Reason: "the start-up of the job forming on it has failed; its ranks are leaving"}
+	}
+	if st := atomic.LoadUint32(s.slotState(rank)); st != slotFree {
+		return &InUseError{Path: s.path, Reason: fmt.Sprintf("rank %d is already taken by pid %d", rank, atomic.LoadInt32(s.pid(rank)))}
+	}
+	atomic.StoreInt32(s.pid(rank), int32(os.Getpid()))
+	atomic.StoreUint32(s.slotState(rank), slotJoined)
+	if atomic.AddUint32(s.u32(hJoined), 1) == uint32(s.geo.size) {
+		atomic.StoreUint32(s.u32(hState), stateRunning)
+	}
+	futexWake(s.u32(hJoined), 1<<30)
+	return nil
+}
+
+// pids returns the process ids of the ranks that joined.
+func (s *segment) pids() []int {
+	var out []int
+	for r := range s.geo.size {
+		if atomic.LoadUint32(s.slotState(r)) != slotFree {
+			out = append(out, int(atomic.LoadInt32(s.pid(r))))
+		}
+	}
+	return out
+}
+
+// missing returns the ranks that have not joined.
+func (s *segment) missing() []int {
+	var out []int
+	for r := range s.geo.size {
+		if atomic.LoadUint32(s.slotState(r)) == slotFree {
+			out = append(out, r)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+func (s *segment) mmap() error {
+	mem, err := unix.Mmap(s.fd, 0, s.geo.total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("mapping the segment's %d bytes: %w", s.geo.total, err)
+	}
+	s.mem, s.base = mem, unsafe.Pointer(&mem[0])
+	return nil
+}
+
+func (s *segment) unmap() {
+	if s.mem != nil {
+		_ = unix.Munmap(s.mem)
+		s.mem, s.base = nil, nil
+	}
+}
+
+// leave gives up this rank's share of the segment and, when no other live
+// process shares it any more, removes the file. It does not unmap: the
+// caller does once nothing reads the mapping.
+func (s *segment) leave() {
+	if s.fd < 0 {
+		return
+	}
+	_, _ = setLock(s.fd, lockAlive, unix.F_UNLCK)
+	// The last member to leave removes the file. Under the door, so that
+	// a rank of a new job that is initialising the same path is not
+	// disturbed: it holds the door, and then the file is not ours to
+	// remove.
+	deadline := time.Now().Add(100 * time.Millisecond)
+	if lockUntil(context.Background(), s.fd, lockDoor, unix.F_WRLCK, deadline) == nil {
+		if alone, _ := setLock(s.fd, lockAlive, unix.F_WRLCK); alone {
+			if sameFile(s.fd, s.path) {
+				_ = unix.Unlink(s.path)
+			}
+			_, _ = setLock(s.fd, lockAlive, unix.F_UNLCK)
+		}
+		_, _ = setLock(s.fd, lockDoor, unix.F_UNLCK)
+	}
+	_ = unix.Close(s.fd)
+	s.fd = -1
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -27,7 +29,7 @@ const (
 const maxRepeatsScale = 1000
 
 // synopsis is the one-line usage shown with every usage error.
-const synopsis = "usage: starbench [-n N] [--backend tcp|shm] [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S] [--raw]"
+const synopsis = "usage: starbench [-n N] [--backend tcp|shm] [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S] [--raw] [--profile DIR] [--trace DIR]"
 
 // options is one validated starbench command line.
 type options struct {
@@ -38,6 +40,8 @@ type options struct {
 	json      bool       // print JSON instead of the table
 	timeout   float64    // collective timeout in seconds; 0: not given
 	raw       bool       // run over the raw relay (rawComm), not starcomm
+	profile   string     // directory for each rank's CPU profile; "": none
+	trace     string     // directory for each rank's execution trace; "": none
 }
 
 // flagValues are the raw flag values before validation.
@@ -49,6 +53,8 @@ type flagValues struct {
 	json      bool
 	timeout   float64
 	raw       bool
+	profile   string
+	trace     string
 }
 
 // newFlagSet returns starbench's flag set, silent so the caller decides
@@ -63,6 +69,8 @@ func newFlagSet(v *flagValues) *flag.FlagSet {
 	fs.BoolVar(&v.json, "json", false, "print one JSON document instead of the table")
 	fs.Float64Var(&v.timeout, "timeout", 0, "collective timeout in seconds (> 0), passed to the ranks as COBRE_TCP_TIMEOUT_SECS or COBRE_SHM_TIMEOUT_SECS (default: the library's 60 s)")
 	fs.BoolVar(&v.raw, "raw", false, "run the workloads over a minimal relay instead of starcomm: the same bytes through the same TCP sockets via rank 0, with no framing, checks, timeouts or polling (the lower bound of a star; a baseline, not for use)")
+	fs.StringVar(&v.profile, "profile", "", "write each rank's CPU profile of the timed workloads to DIR/cpu-rank<R>.pprof (for go tool pprof); DIR must exist")
+	fs.StringVar(&v.trace, "trace", "", "write each rank's execution trace of the timed workloads to DIR/trace-rank<R>.out (for go tool trace); DIR must exist")
 	return fs
 }
 
@@ -103,11 +111,19 @@ func parseArgs(args []string) (options, error) {
 	case given["timeout"] && (math.IsNaN(v.timeout) || math.IsInf(v.timeout, 0) || v.timeout <= 0):
 		return options{}, fmt.Errorf("--timeout must be a positive number of seconds, got %v", v.timeout)
 	}
+	for _, d := range []struct{ flag, dir string }{{"profile", v.profile}, {"trace", v.trace}} {
+		if d.dir == "" {
+			continue
+		}
+		if fi, err := os.Stat(d.dir); err != nil || !fi.IsDir() {
+			return options{}, fmt.Errorf("--%s must name an existing directory, got %q", d.flag, d.dir)
+		}
+	}
 	ws, err := selectWorkloads(v.workloads)
 	if err != nil {
 		return options{}, err
 	}
-	return options{n: v.n, backend: v.backend, workloads: ws, scale: v.scale, json: v.json, timeout: v.timeout, raw: v.raw}, nil
+	return options{n: v.n, backend: v.backend, workloads: ws, scale: v.scale, json: v.json, timeout: v.timeout, raw: v.raw, profile: absPath(v.profile), trace: absPath(v.trace)}, nil
 }
 
 // rankArgs returns the command line a rank started by starbench -n gets:
@@ -125,7 +141,25 @@ func rankArgs(o options) []string {
 	if o.raw {
 		args = append(args, "--raw")
 	}
+	if o.profile != "" {
+		args = append(args, "--profile", o.profile)
+	}
+	if o.trace != "" {
+		args = append(args, "--trace", o.trace)
+	}
 	return args
+}
+
+// absPath makes dir absolute ("" stays ""), so that ranks started in
+// another directory write where the user asked.
+func absPath(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return dir
 }
 
 // writeHelp writes the full usage text to w.

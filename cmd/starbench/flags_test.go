@@ -55,6 +55,15 @@ func TestParseArgs(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, back.raw)
 
+	// --profile and --trace reach the ranks, as absolute paths.
+	dir := t.TempDir()
+	o, err = parseArgs([]string{"-n", "2", "--profile", dir, "--trace", dir})
+	require.NoError(t, err)
+	back, err = parseArgs(rankArgs(o))
+	require.NoError(t, err)
+	assert.Equal(t, dir, back.profile)
+	assert.Equal(t, dir, back.trace)
+
 	// --backend shm is the launcher's: the ranks get COBRE_* variables.
 	o, err = parseArgs([]string{"-n", "4", "--backend", "shm"})
 	require.NoError(t, err)
@@ -88,6 +97,8 @@ func TestParseArgsUsageErrors(t *testing.T) {
 		{"backend=shm-raw", []string{"-n", "2", "--backend", "shm", "--raw"}, "--raw is the relay over tcp"},
 		{"flag=unknown", []string{"--ranks", "2,4"}, "flag provided but not defined: -ranks"},
 		{"args=positional", []string{"-n", "2", "extra"}, `unexpected argument "extra"`},
+		{"profile=missing-dir", []string{"--profile", "/nonexistent/starbench"}, `--profile must name an existing directory, got "/nonexistent/starbench"`},
+		{"trace=a-file", []string{"--trace", "flags_test.go"}, `--trace must name an existing directory, got "flags_test.go"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseArgs(tc.args)

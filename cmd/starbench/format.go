@@ -79,6 +79,11 @@ func writeTable(w io.Writer, info runInfo, results []result) error {
 		fmt.Fprintf(&b, row, r.Workload, fmt.Sprint(r.Ranks), humanBytes(r.BytesPerRank),
 			fmt.Sprint(r.Repeats), humanDuration(r.Median), bw)
 	}
+	for _, r := range results {
+		if r.WaitCPU != nil {
+			fmt.Fprintf(&b, "# %s: a waiting rank's process burns %s of CPU per collective (median)\n", r.Workload, humanDuration(*r.WaitCPU))
+		}
+	}
 	if info.PeakRSS > 0 {
 		fmt.Fprintf(&b, "# rank 0 (coordinator) peak RSS: %s\n", humanBytes(info.PeakRSS))
 	}

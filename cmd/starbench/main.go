@@ -83,7 +83,15 @@ func runRank(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "starbench: rank %d: %v\n", cfg.Rank, err)
 		return exitFailure
 	}
+	stopProfiles, err := startProfiles(o, c.Rank())
+	if err != nil {
+		fmt.Fprintf(stderr, "starbench: rank %d: %v\n", c.Rank(), err)
+		return exitFailure
+	}
 	results, err := runWorkloads(ctx, c, o.workloads, o.scale)
+	if perr := stopProfiles(); perr != nil {
+		fmt.Fprintf(stderr, "starbench: rank %d: %v\n", c.Rank(), perr)
+	}
 	if err != nil {
 		// No graceful Close: exiting closes the connections, so this rank
 		// is gone before the others notice and fail in turn.

@@ -27,6 +27,10 @@ type result struct {
 	// AlgBW is AlgBytes / Median in bytes per second; nil (JSON null) when
 	// the workload has no bandwidth.
 	AlgBW *float64 `json:"algbw_bytes_per_sec"`
+	// WaitCPU is, for a late workload, the CPU time the waiting ranks burn
+	// per collective: each repetition's most of any waiting rank's whole
+	// process, median over the repetitions; nil (absent) otherwise.
+	WaitCPU *time.Duration `json:"wait_cpu_ns,omitempty"`
 }
 
 // repeatsFor scales a workload's repetitions, rounding to the nearest
@@ -65,16 +69,26 @@ func runWorkload(ctx context.Context, c comm.Communicator, w workload, repeats i
 	// Start each workload from a clean heap so a collection left over from
 	// the previous workload's buffers does not land in a timed region.
 	runtime.GC()
-	mine, slowest := make([]float64, 1), make([]float64, 1)
+	mine, slowest := make([]float64, 2), make([]float64, 2)
 	times := make([]time.Duration, 0, repeats)
+	var cpus []time.Duration
+	waiter, _ := bc.(interface{ waits() bool })
 	for rep := 0; rep <= repeats; rep++ {
 		bc.fill(rep)
 		if err := c.Barrier(ctx); err != nil {
 			return result{}, fmt.Errorf("workload %s, repetition %d: barrier before the timed operation: %w", w.name, rep, err)
 		}
+		var cpu0 time.Duration
+		if w.cpu {
+			cpu0 = processCPU()
+		}
 		start := time.Now()
 		err := bc.run(ctx, c)
 		elapsed := time.Since(start)
+		mine[1] = 0
+		if w.cpu && waiter != nil && waiter.waits() {
+			mine[1] = (processCPU() - cpu0).Seconds()
+		}
 		if err != nil {
 			return result{}, fmt.Errorf("workload %s, repetition %d: %w", w.name, rep, err)
 		}
@@ -88,6 +102,7 @@ func runWorkload(ctx context.Context, c comm.Communicator, w workload, repeats i
 		}
 		if rep > 0 {
 			times = append(times, time.Duration(math.Round(slowest[0]*1e9)))
+			cpus = append(cpus, time.Duration(math.Round(slowest[1]*1e9)))
 		}
 	}
 
@@ -99,6 +114,10 @@ func runWorkload(ctx context.Context, c comm.Communicator, w workload, repeats i
 		Median:       median(times),
 		Min:          slices.Min(times),
 		Max:          slices.Max(times),
+	}
+	if w.cpu {
+		m := median(cpus)
+		res.WaitCPU = &m
 	}
 	if w.algBytes != nil {
 		res.AlgBytes = w.algBytes(c.Size())

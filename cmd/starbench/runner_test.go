@@ -234,3 +234,30 @@ func TestValuesAreDistinct(t *testing.T) {
 		}
 	}
 }
+
+// TestLateWorkloads: the late workloads are selected by name only, run a
+// barrier that the last rank enters late (the slowest rank's time is at
+// least the delay), and report the waiting ranks' CPU time; the standard
+// workloads report none.
+func TestLateWorkloads(t *testing.T) {
+	all, err := selectWorkloads("")
+	require.NoError(t, err)
+	for _, w := range all {
+		assert.False(t, w.cpu, "%s is a standard workload", w.name)
+	}
+	ws, err := selectWorkloads("late-1ms,barrier")
+	require.NoError(t, err)
+	require.Len(t, ws, 2)
+	ctx, comms := startStar(t, 3)
+	results, errs := runAllRanks(ctx, comms, nil, ws, 0.1)
+	require.NoError(t, errors.Join(errs...))
+	for r, res := range results {
+		require.Len(t, res, 2, "rank %d", r)
+		late, barrier := res[0], res[1]
+		assert.Equal(t, "late-1ms", late.Workload)
+		assert.GreaterOrEqual(t, late.Median, time.Millisecond, "rank %d: the slowest rank slept 1 ms", r)
+		require.NotNil(t, late.WaitCPU, "rank %d", r)
+		assert.Positive(t, *late.WaitCPU, "rank %d: waiting costs some CPU", r)
+		assert.Nil(t, barrier.WaitCPU, "rank %d", r)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/starcomm/starcomm/comm"
 )
@@ -36,6 +37,9 @@ type workload struct {
 	// algBytes returns the bytes that algorithm bandwidth counts for a
 	// communicator of size ranks; nil means the workload has no bandwidth.
 	algBytes func(size int) int64
+	// cpu makes the runner measure the CPU time of the ranks whose case
+	// waits (see lateCase).
+	cpu bool
 	// newCase allocates one rank's buffers.
 	newCase func(rank, size int) benchCase
 }
@@ -121,6 +125,49 @@ func standardWorkloads() []workload {
 	}
 }
 
+// lateWorkloads are the workloads that measure what waiting costs: a
+// barrier in which the last rank arrives late by 1 ms, 10 ms or 1 s (it
+// sleeps first), while every other rank waits in it. Their result
+// includes the CPU time the waiting ranks burn per collective (the most
+// of any waiting rank's whole process, median over the repetitions). They
+// run only when --workloads names them.
+func lateWorkloads() []workload {
+	var ws []workload
+	for _, l := range []struct {
+		name    string
+		late    time.Duration
+		repeats int
+	}{{"late-1ms", time.Millisecond, 50}, {"late-10ms", 10 * time.Millisecond, 30}, {"late-1s", time.Second, 5}} {
+		ws = append(ws, workload{
+			name:    l.name,
+			about:   fmt.Sprintf("barrier that the last rank enters %v late; reports the waiting ranks' CPU time", l.late),
+			repeats: l.repeats,
+			cpu:     true,
+			newCase: func(rank, size int) benchCase { return &lateCase{late: l.late, isLate: rank == size-1} },
+		})
+	}
+	return ws
+}
+
+// lateCase is one rank of a late workload.
+type lateCase struct {
+	late   time.Duration
+	isLate bool
+}
+
+func (*lateCase) fill(int) {}
+func (l *lateCase) run(ctx context.Context, c comm.Communicator) error {
+	if l.isLate {
+		time.Sleep(l.late)
+	}
+	return c.Barrier(ctx)
+}
+func (*lateCase) check(int) *verifyError { return nil }
+
+// waits reports whether the rank waits for the late one (and so counts in
+// the CPU figure).
+func (l *lateCase) waits() bool { return !l.isLate }
+
 // allgathervWorkload is an allgatherv of values float64 per rank.
 func allgathervWorkload(name string, values, repeats int) workload {
 	return workload{
@@ -136,13 +183,14 @@ func allgathervWorkload(name string, values, repeats int) workload {
 	}
 }
 
-// selectWorkloads returns the standard workloads named in list (comma
-// separated, in that order); an empty list selects all of them.
+// selectWorkloads returns the workloads named in list (comma separated,
+// in that order: standard or late ones); an empty list selects every
+// standard workload.
 func selectWorkloads(list string) ([]workload, error) {
-	all := standardWorkloads()
 	if strings.TrimSpace(list) == "" {
-		return all, nil
+		return standardWorkloads(), nil
 	}
+	all := append(standardWorkloads(), lateWorkloads()...)
 	var names []string
 	for _, w := range all {
 		names = append(names, w.name)

@@ -10,14 +10,23 @@
 #
 # Usage (from anywhere):
 #   bash bench/compare-mpi.sh
-#   RANKS=2 REPEATS_SCALE=0.25 bash bench/compare-mpi.sh
+#   RANKS=8 RUNS=5 SHM=0 bash bench/compare-mpi.sh
 #
 # Environment:
 #   RANKS          number of ranks, >= 1 (default 4)
+#   RUNS           rounds, >= 1 (default 3): each round runs every side once,
+#                  in turn, so the sides interleave and share the machine's
+#                  moods; each cell is the median of the rounds' medians,
+#                  with the smallest and largest in brackets
+#   SHM            1 (default) also runs the shared-memory columns; 0 not
 #   REPEATS_SCALE  multiply every workload's repeats by this, 0 < F <= 1000
 #                  (default 1; starbench's --repeats-scale)
 #
-# Both sides run R processes on this host, twice. Over TCP loopback:
+# The header names the processor (the first "model name" of
+# /proc/cpuinfo) and the load average at the start and the end: figures
+# from different processors (AMD EPYC, Intel Xeon) are not comparable.
+#
+# Both sides run R processes on this host. Over TCP loopback:
 # starbench with -n R (a star through rank 0); MPI with the tcp and self
 # BTLs only (the ob1 PML, no shared memory, no UCX), restricted to the lo
 # interface. Through shared memory: starbench -n R --backend shm; MPI with
@@ -37,6 +46,13 @@ die() {
 
 RANKS=${RANKS:-4}
 REPEATS_SCALE=${REPEATS_SCALE:-1}
+RUNS=${RUNS:-3}
+SHM=${SHM:-1}
+[[ $RUNS =~ ^[0-9]+$ ]] && ((10#$RUNS >= 1)) ||
+	die "RUNS must be a whole number >= 1, got '$RUNS'"
+RUNS=$((10#$RUNS))
+[[ $SHM == 0 || $SHM == 1 ]] || die "SHM must be 0 or 1, got '$SHM'"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 [[ $RANKS =~ ^[0-9]+$ ]] && ((10#$RANKS >= 1)) ||
 	die "RANKS must be a whole number >= 1, got '$RANKS'"
 RANKS=$((10#$RANKS))
@@ -119,25 +135,24 @@ mpirun_shm_args=(
 	-np "$RANKS"
 )
 
-echo "compare-mpi.sh: starcomm: starbench -n $RANKS --json --repeats-scale $REPEATS_SCALE" >&2
-(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --json --repeats-scale "$REPEATS_SCALE") \
-	>"$tmp/star.json" || die "starbench failed (exit $?); see the messages above"
-
-echo "compare-mpi.sh: raw relay: starbench -n $RANKS --raw --json --repeats-scale $REPEATS_SCALE" >&2
-(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --raw --json --repeats-scale "$REPEATS_SCALE") \
-	>"$tmp/raw.json" || die "starbench --raw failed (exit $?); see the messages above"
-
-echo "compare-mpi.sh: MPI: mpirun ${mpirun_args[*]} mpi_bench $REPEATS_SCALE" >&2
-mpirun "${mpirun_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" >"$tmp/mpi.txt" ||
-	die "mpirun mpi_bench failed (exit $?); see the messages above"
-
-echo "compare-mpi.sh: starcomm shm: starbench -n $RANKS --backend shm --json --repeats-scale $REPEATS_SCALE" >&2
-(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --backend shm --json --repeats-scale "$REPEATS_SCALE") \
-	>"$tmp/shm.json" || die "starbench --backend shm failed (exit $?); see the messages above"
-
-echo "compare-mpi.sh: MPI shared memory: mpirun ${mpirun_shm_args[*]} mpi_bench $REPEATS_SCALE" >&2
-mpirun "${mpirun_shm_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" >"$tmp/mpi_shm.txt" ||
-	die "mpirun mpi_bench (vader) failed (exit $?); see the messages above"
+# One round runs every side once, in this order; RUNS rounds interleave
+# them, so that a change in the machine's load (a noisy neighbour, a
+# frequency change) hits every side alike.
+for ((run = 1; run <= RUNS; run++)); do
+	echo "compare-mpi.sh: round $run of $RUNS (load average: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'))" >&2
+	(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --json --repeats-scale "$REPEATS_SCALE") \
+		>"$tmp/star.$run.json" || die "starbench -n $RANKS failed (exit $?); see the messages above"
+	(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --raw --json --repeats-scale "$REPEATS_SCALE") \
+		>"$tmp/raw.$run.json" || die "starbench --raw failed (exit $?); see the messages above"
+	mpirun "${mpirun_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" >"$tmp/mpi.$run.txt" ||
+		die "mpirun ${mpirun_args[*]} mpi_bench failed (exit $?); see the messages above"
+	if ((SHM)); then
+		(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --backend shm --json --repeats-scale "$REPEATS_SCALE") \
+			>"$tmp/shm.$run.json" || die "starbench --backend shm failed (exit $?); see the messages above"
+		mpirun "${mpirun_shm_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" >"$tmp/mpi_shm.$run.txt" ||
+			die "mpirun ${mpirun_shm_args[*]} mpi_bench failed (exit $?); see the messages above"
+	fi
+done
 
 # --- table -----------------------------------------------------------------
 
@@ -151,16 +166,29 @@ medians() {
 		' >"$2"
 	[[ -s $2 ]] || die "no results in starbench's output: $(head -c 500 "$1")"
 }
-medians "$tmp/star.json" "$tmp/star.txt"
-medians "$tmp/raw.json" "$tmp/raw.txt"
-medians "$tmp/shm.json" "$tmp/shm.txt"
-grep -v '^#' "$tmp/mpi.txt" >"$tmp/mpi.res" || die "no results in mpi_bench's output: $(head -c 500 "$tmp/mpi.txt")"
-grep -v '^#' "$tmp/mpi_shm.txt" >"$tmp/mpi_shm.res" || die "no results in mpi_bench's (vader) output: $(head -c 500 "$tmp/mpi_shm.txt")"
+# Every run's medians, as "side workload ns" lines.
+: >"$tmp/all.txt"
+for ((run = 1; run <= RUNS; run++)); do
+	medians "$tmp/star.$run.json" "$tmp/m" && sed 's/^/star /' "$tmp/m" >>"$tmp/all.txt"
+	medians "$tmp/raw.$run.json" "$tmp/m" && sed 's/^/raw /' "$tmp/m" >>"$tmp/all.txt"
+	grep -v '^#' "$tmp/mpi.$run.txt" | awk '{ print "mpi", $1, $2 }' >>"$tmp/all.txt" ||
+		die "no results in mpi_bench's output: $(head -c 500 "$tmp/mpi.$run.txt")"
+	if ((SHM)); then
+		medians "$tmp/shm.$run.json" "$tmp/m" && sed 's/^/shm /' "$tmp/m" >>"$tmp/all.txt"
+		grep -v '^#' "$tmp/mpi_shm.$run.txt" | awk '{ print "mpishm", $1, $2 }' >>"$tmp/all.txt" ||
+			die "no results in mpi_bench's (vader) output: $(head -c 500 "$tmp/mpi_shm.$run.txt")"
+	fi
+done
 
-mpi_lib=$(sed -n 's/^# mpi_bench .*library=//p' "$tmp/mpi.txt")
+mpi_lib=$(sed -n 's/^# mpi_bench .*library=//p' "$tmp/mpi.1.txt")
 cpus=$(nproc 2>/dev/null || echo '?')
-echo "# compare-mpi $(date -u +%Y-%m-%dT%H:%M:%SZ)  ranks=$RANKS  repeats-scale=$REPEATS_SCALE  cpus=$cpus  $(go env GOVERSION)  ${mpi_lib:-MPI} (tcp,self on lo; vader,self)"
-awk '
+cpu_model=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n 1)
+[[ -n $cpu_model ]] || cpu_model=$(uname -m)
+load_end=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
+echo "# compare-mpi $(date -u +%Y-%m-%dT%H:%M:%SZ)  ranks=$RANKS  runs=$RUNS (interleaved)  repeats-scale=$REPEATS_SCALE  $(go env GOVERSION)  ${mpi_lib:-MPI} (tcp,self on lo; vader,self)"
+echo "# processor: $cpu_model  cpus=$cpus  load average: $load_start at the start, $load_end at the end"
+echo "# each cell: the median of the $RUNS runs' medians [the smallest - the largest]; ratios: median over median"
+awk -v shm="$SHM" '
 	function human(ns) {
 		if (ns == "") return "-"
 		if (ns < 1e3) return sprintf("%d ns", ns)
@@ -168,31 +196,68 @@ awk '
 		if (ns < 1e9) return sprintf("%.2f ms", ns / 1e6)
 		return sprintf("%.3f s", ns / 1e9)
 	}
-	FILENAME == ARGV[1] { mpi[$1] = $2; next }
-	FILENAME == ARGV[2] { raw[$1] = $2; next }
-	FILENAME == ARGV[3] { mpishm[$1] = $2; next }
-	FILENAME == ARGV[4] { shm[$1] = $2; next }
-	{ order[++n] = $1; star[$1] = $2; seen[$1] = 1 }
-	# right-align s in width columns; "µ" is one column but two bytes
-	# to a byte-counting awk (mawk), so widen by length("µ") - 1
-	function pad(s, width) {
-		return sprintf("%" (width + (index(s, "µ") > 0) * (length("µ") - 1)) "s", s)
+	# a number without its unit, in the unit human() picks for ref
+	function bare(ns, ref) {
+		if (ref < 1e3) return sprintf("%d", ns)
+		if (ref < 1e6) return sprintf("%.1f", ns / 1e3)
+		if (ref < 1e9) return sprintf("%.2f", ns / 1e6)
+		return sprintf("%.3f", ns / 1e9)
+	}
+	{
+		key = $1 SUBSEP $2
+		v[key, ++count[key]] = $3 + 0
+		if ($1 == "star" && !($2 in seen)) { order[++n] = $2; seen[$2] = 1 }
+		if ($1 == "mpi" && !($2 in mpiseen)) { mpiorder[++nm] = $2; mpiseen[$2] = 1 }
+	}
+	function med(side, w,    key, c, i, j, t, a) {
+		key = side SUBSEP w
+		c = count[key]
+		if (c == 0) return ""
+		for (i = 1; i <= c; i++) a[i] = v[key, i]
+		for (i = 2; i <= c; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+		lo[key] = a[1]; hi[key] = a[c]
+		return (c % 2) ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2
+	}
+	function cell(side, w,    m, key) {
+		m = med(side, w)
+		if (m == "") return "-"
+		key = side SUBSEP w
+		if (count[key] == 1) return human(m)
+		return human(m) " [" bare(lo[key], m) "-" bare(hi[key], m) "]"
 	}
 	function ratio(a, b) {
-		return (a > 0 && b > 0) ? sprintf("%.2f", a / b) : "-"
+		return (a != "" && b != "" && a > 0 && b > 0) ? sprintf("%.2f", a / b) : "-"
 	}
-	function row(w, s, r, m, h, hm, sr, sm, hh) {
-		printf "%-17s %s %s %s %s %s %s %s %s\n", w, pad(s, 11), pad(r, 11), pad(m, 11), pad(h, 13), pad(hm, 11),
-			pad(sr, 13), pad(sm, 13), pad(hh, 12)
+	# right-align s in width columns; "µ" is one column but two bytes
+	# to a byte-counting awk (mawk), so widen by length("µ") - 1
+	function pad(s, width,    k, t, extra) {
+		extra = 0; t = s
+		while ((k = index(t, "µ")) > 0) { extra += length("µ") - 1; t = substr(t, k + length("µ")) }
+		return sprintf("%" (width + extra) "s", s)
+	}
+	function row(cols, ncols,    i, line) {
+		line = sprintf("%-17s", cols[1])
+		for (i = 2; i <= ncols; i++) line = line " " pad(cols[i], i <= (shm ? 6 : 4) ? 26 : 13)
+		print line
 	}
 	END {
-		row("workload", "starcomm", "raw relay", "MPI", "starcomm shm", "MPI shm", "starcomm/raw", "starcomm/MPI", "shm/MPI shm")
+		h[1] = "workload"; h[2] = "starcomm"; h[3] = "raw relay"; h[4] = "MPI"
+		nc = 4
+		if (shm) { h[5] = "starcomm shm"; h[6] = "MPI shm"; nc = 6 }
+		h[++nc] = "starcomm/raw"; h[++nc] = "starcomm/MPI"
+		if (shm) h[++nc] = "shm/MPI shm"
+		row(h, nc)
 		for (i = 1; i <= n; i++) {
 			w = order[i]
-			row(w, human(star[w]), human(w in raw ? raw[w] : ""), human(w in mpi ? mpi[w] : ""),
-				human(w in shm ? shm[w] : ""), human(w in mpishm ? mpishm[w] : ""),
-				ratio(star[w], raw[w]), ratio(star[w], mpi[w]), ratio(shm[w], mpishm[w]))
+			delete c
+			c[1] = w; c[2] = cell("star", w); c[3] = cell("raw", w); c[4] = cell("mpi", w)
+			k = 4
+			if (shm) { c[5] = cell("shm", w); c[6] = cell("mpishm", w); k = 6 }
+			c[++k] = ratio(med("star", w), med("raw", w))
+			c[++k] = ratio(med("star", w), med("mpi", w))
+			if (shm) c[++k] = ratio(med("shm", w), med("mpishm", w))
+			row(c, k)
 		}
-		for (w in mpi) if (!(w in seen)) row(w, "-", "-", human(mpi[w]), "-", "-", "-", "-", "-")
+		for (i = 1; i <= nm; i++) if (!(mpiorder[i] in seen)) print mpiorder[i] ": in the MPI results only"
 	}
-' "$tmp/mpi.res" "$tmp/raw.txt" "$tmp/mpi_shm.res" "$tmp/shm.txt" "$tmp/star.txt"
+' "$tmp/all.txt"

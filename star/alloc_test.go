@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 	"github.com/starcomm/starcomm/testkit"
 )
 
-// TestSteadyStateAllocations checks that, after warm-up, allgatherv,
+// TestSteadyStateAllocations checks that, after warm-up, allgatherv (small,
+// and large enough to be relayed when the control sessions are on),
 // allreduce, broadcast and barrier allocate nothing per operation, on any
 // rank, with the control session off and on. It runs over TCP because
 // net.Pipe allocates a timer for every deadline it sets. With the control
@@ -26,9 +28,21 @@ func TestSteadyStateAllocations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping allocation count")
 	}
+	var relays atomic.Int64
+	defer star.SetTestHook(func(_ int, point string) {
+		if point == star.HookRelay {
+			relays.Add(1)
+		}
+	})()
 	for _, live := range []time.Duration{-1, time.Hour} {
 		t.Run(fmt.Sprintf("liveness=%v", live), func(t *testing.T) {
+			before := relays.Load()
 			steadyStateAllocations(t, func(c *star.Config) { c.Liveness = live })
+			if live > 0 {
+				require.Greater(t, relays.Load(), before+600, "large allgathervs relayed")
+			} else {
+				require.Equal(t, before, relays.Load(), "no relay without control sessions")
+			}
 		})
 	}
 }
@@ -44,10 +58,17 @@ func steadyStateAllocations(t *testing.T, tweak func(*star.Config)) {
 	for r := range counts {
 		counts[r], displs[r] = n, r*n
 	}
-	type bufs struct{ send, recv, red, redOut, bc []float64 }
+	// big: 320 kB per rank, 1.28 MB in all: relayed.
+	big := 40_000
+	bcounts, bdispls := make([]int, ranks), make([]int, ranks)
+	for r := range bcounts {
+		bcounts[r], bdispls[r] = big, r*big
+	}
+	type bufs struct{ send, recv, bsend, brecv, red, redOut, bc []float64 }
 	b := make([]bufs, ranks)
 	for r := range b {
-		b[r] = bufs{make([]float64, n), make([]float64, ranks*n), make([]float64, 4), make([]float64, 4), make([]float64, 1280)}
+		b[r] = bufs{make([]float64, n), make([]float64, ranks*n), make([]float64, big), make([]float64, ranks*big),
+			make([]float64, 4), make([]float64, 4), make([]float64, 1280)}
 	}
 	// round runs ops rounds of the four collectives on every rank and
 	// returns the mallocs of the whole process meanwhile.
@@ -59,6 +80,9 @@ func steadyStateAllocations(t *testing.T, tweak func(*star.Config)) {
 			x := &b[c.Rank()]
 			for range ops {
 				if err := comm.Allgatherv(ctx, c, x.send, x.recv, counts, displs); err != nil {
+					return err
+				}
+				if err := comm.Allgatherv(ctx, c, x.bsend, x.brecv, bcounts, bdispls); err != nil {
 					return err
 				}
 				if err := comm.Allreduce(ctx, c, x.red, x.redOut, comm.Sum); err != nil {
@@ -83,7 +107,7 @@ func steadyStateAllocations(t *testing.T, tweak func(*star.Config)) {
 	// detector's bookkeeping) cancel out.
 	const short, long = 100, 600
 	m1, m2 := round(short), round(long)
-	extra := float64(int64(m2)-int64(m1)) / float64((long-short)*4)
+	extra := float64(int64(m2)-int64(m1)) / float64((long-short)*5)
 	t.Logf("allocations per collective, all %d ranks together: %.4f (mallocs: %d in %d rounds, %d in %d)", ranks, extra, m1, short, m2, long)
 	// A collective that allocated would show 1 or more; what is left is the
 	// runtime's own (sudog caches refilling under select), about 0.03.

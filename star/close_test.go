@@ -20,8 +20,9 @@ import (
 )
 
 // closeOps are the collectives TestCloseAtEveryHandoff interrupts: small
-// ones (polled) and a large allgatherv (served by the coordinator's link
-// goroutines), and both kinds of broadcast.
+// ones (polled), a large allgatherv stored and forwarded (served by the
+// coordinator's link goroutines), one relayed (each worker link's reader and
+// writer at once), and both kinds of broadcast.
 var closeOps = []struct {
 	name string
 	run  func(ctx context.Context, c comm.Communicator) error
@@ -30,7 +31,11 @@ var closeOps = []struct {
 		return comm.Allgatherv(ctx, c, []float64{float64(c.Rank())}, make([]float64, 4), []int{1, 1, 1, 1}, []int{0, 1, 2, 3})
 	}},
 	{"allgatherv-large", func(ctx context.Context, c comm.Communicator) error {
-		const n = 64 << 10 // 512 KiB per rank: not polled
+		const n = 16 << 10 // 128 KiB per rank, 512 KiB in all: not polled, not relayed
+		return comm.Allgatherv(ctx, c, make([]float64, n), make([]float64, 4*n), []int{n, n, n, n}, []int{0, n, 2 * n, 3 * n})
+	}},
+	{"allgatherv-relayed", func(ctx context.Context, c comm.Communicator) error {
+		const n = 64 << 10 // 512 KiB per rank, 2 MiB in all: relayed, in steps
 		return comm.Allgatherv(ctx, c, make([]float64, n), make([]float64, 4*n), []int{n, n, n, n}, []int{0, n, 2 * n, 3 * n})
 	}},
 	{"allreduce", func(ctx context.Context, c comm.Communicator) error {
@@ -127,12 +132,16 @@ func TestCloseAtEveryHandoff(t *testing.T) {
 			testkit.SyncTest(t, func(t *testing.T) {
 				comms := inBubble(t, size, withTimeout(time.Minute))
 				defer testkit.CloseAll(comms)
+				synctest.Wait() // the control sessions up: the same hand-offs in every run
 				for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return op.run(context.Background(), c) }) {
 					require.NoError(t, err, "dry run: rank %d", r)
 				}
 			})
 			points := recorder.handoffs()
 			require.NotEmpty(t, points, "op=%s rank=%d: no hand-off recorded", op.name, rank)
+			if op.name == "allgatherv-relayed" && rank == 0 {
+				require.Contains(t, points, handoff{star.HookRelay, 1}, "the coordinator relays it")
+			}
 			for _, at := range points {
 				cases++
 				t.Run(fmt.Sprintf("op=%s/rank=%d/at=%s#%d", op.name, rank, at.point, at.nth), func(t *testing.T) {
@@ -149,6 +158,7 @@ func closeAt(t *testing.T, run func(context.Context, comm.Communicator) error, s
 	testkit.SyncTest(t, func(t *testing.T) {
 		comms := inBubble(t, size, withTimeout(time.Minute))
 		defer testkit.CloseAll(comms)
+		synctest.Wait() // as in the dry run
 		closed := make(chan error, 1)
 		var closeTook time.Duration
 		recorder.mu.Lock()

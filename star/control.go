@@ -68,6 +68,12 @@ type control struct {
 
 	stopped  chan struct{}
 	stopOnce sync.Once
+	// aborted gets a token when the coordinator's Abort was read (on a
+	// worker), msgsDone closes when the worker's reader of messages ends:
+	// what a worker whose data link ended waits for (see
+	// worker.controlLastWords).
+	aborted  chan struct{}
+	msgsDone chan struct{}
 	wg       sync.WaitGroup
 	wmu      sync.Mutex // one writer at a time on msgs
 	wbuf     []byte     // a message being written, under wmu
@@ -76,7 +82,8 @@ type control struct {
 
 // newControl wraps an established session.
 func newControl(c *Comm, peer int, conn transport.Conn, sess *smux.Session, hb, msgs *smux.Stream) *control {
-	ctl := &control{c: c, peer: peer, conn: conn, sess: sess, hb: hb, msgs: msgs, stopped: make(chan struct{})}
+	ctl := &control{c: c, peer: peer, conn: conn, sess: sess, hb: hb, msgs: msgs, stopped: make(chan struct{}),
+		aborted: make(chan struct{}, 1), msgsDone: make(chan struct{})}
 	ctl.heard.Store(time.Now().UnixNano())
 	return ctl
 }
@@ -168,6 +175,7 @@ func (ctl *control) listen() {
 
 // readMessages reads the coordinator's messages on a worker.
 func (ctl *control) readMessages() {
+	defer close(ctl.msgsDone)
 	for {
 		kind, body, err := ctl.readMsg(time.Time{})
 		if err != nil {
@@ -176,6 +184,10 @@ func (ctl *control) readMessages() {
 		ctl.heard.Store(time.Now().UnixNano())
 		if kind == msgAbort {
 			ctl.c.interrupt(parseAbort(0, body))
+			select {
+			case ctl.aborted <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

@@ -41,6 +41,7 @@ type coordinator struct {
 	scratch []uint64 // allreduce: the workers' contributions
 	mine    []byte   // the desync check: rank 0's fingerprint
 	fps     [][]byte // every rank's, by rank
+	rs      relayState
 }
 
 // request is one link's part of a collective.
@@ -53,21 +54,25 @@ type request struct {
 type reqKind uint8
 
 const (
-	reqRead  reqKind = iota // finish the frame begun with beginRead
-	reqWrite                // write a frame of tag with payload parts
-	reqRest                 // write what postFrame left
+	reqRead       reqKind = iota // finish the frame begun with beginRead
+	reqWrite                     // write a frame of tag with payload parts
+	reqRest                      // write what postFrame left
+	reqHeader                    // read and check the header of the frame begun with beginRead
+	reqRelayRead                 // read the rest of the relayed region (see relay)
+	reqRelayWrite                // write the relayed AllgathervRecv frame (see relay)
 )
 
 // result is a link's answer to a request.
 type result struct {
-	peer int
-	err  error
+	peer  int
+	err   error
+	write bool // a relay writer's result
 }
 
 // newCoordinator starts the goroutine of every link (links[r] is rank r's;
 // links[0] is nil; none for a communicator of size 1).
 func newCoordinator(c *Comm, links []*link) *coordinator {
-	co := &coordinator{c: c, byRank: links, results: make(chan result, c.size), opBytes: make([]byte, c.size), quit: make(chan struct{})}
+	co := &coordinator{c: c, byRank: links, results: make(chan result, 2*c.size), opBytes: make([]byte, c.size), quit: make(chan struct{})}
 	if len(links) > 1 {
 		co.workers = links[1:]
 	}
@@ -77,8 +82,10 @@ func newCoordinator(c *Comm, links []*link) *coordinator {
 		co.polled = co.polled && l.poller != nil
 		l.ctlReads = true
 		l.reqs = make(chan request, 1)
-		co.serving.Add(1)
+		l.wreqs = make(chan request, 1)
+		co.serving.Add(2)
 		go co.serve(l)
+		go co.writeServe(l)
 	}
 	if len(co.workers) > 0 && c.cfg.Logger != nil {
 		co.serving.Go(co.stallMonitor)
@@ -98,6 +105,10 @@ func (co *coordinator) serve(l *link) {
 			err = l.writeFrame(req.tag, nil, req.parts...)
 		case reqRest:
 			err = l.finishWrite()
+		case reqHeader:
+			err = l.readHeader()
+		case reqRelayRead:
+			err = co.relayRead(l)
 		}
 		co.c.hook(hookServed)
 		co.results <- result{peer: l.peer, err: err}
@@ -160,6 +171,7 @@ func (co *coordinator) closeGate() {
 func (co *coordinator) stop() {
 	for _, l := range co.workers {
 		close(l.reqs)
+		close(l.wreqs)
 	}
 	close(co.quit)
 	co.serving.Wait()
@@ -188,9 +200,10 @@ func (co *coordinator) fan(links []*link, req request, cut bool) error {
 		res := <-co.results
 		co.c.hook(hookResult)
 		if res.err == nil {
-			if req.kind == reqRead {
+			switch req.kind {
+			case reqRead:
 				co.byRank[res.peer].arrive(seq)
-			} else {
+			case reqWrite, reqRest:
 				co.byRank[res.peer].deliver(seq, time.Now())
 			}
 		}
@@ -278,6 +291,9 @@ func (co *coordinator) scatter(tag byte, parts [][]byte, skip int) error {
 
 func (co *coordinator) allgatherv(send []byte, parts [][]byte) error {
 	copy(parts[0], send)
+	if co.relays(parts) {
+		return co.relay(parts)
+	}
 	most := 0
 	for _, l := range co.workers {
 		l.beginRead(TagAllgathervSend, parts[l.peer:l.peer+1])

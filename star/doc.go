@@ -45,6 +45,17 @@
 // packed prefix sums; with gaps, gap elements are not sent and stay
 // untouched). The worker reads the regions straight into recv at displs.
 //
+// An AllgathervRecv of 1 MiB or more is relayed when every worker has a
+// control session: once every AllgathervSend header has arrived and been
+// checked, the coordinator starts each worker's AllgathervRecv (rank 0's
+// region first) while the workers' regions still arrive, forwarding each
+// region as it comes in, so that its outgoing link never waits for the
+// incoming ones (where the network is the limit, stored and forwarded it
+// would reach R/(R+1) of the link's speed). The bytes on the wire are the
+// same. A worker that fails in the middle of its region leaves the others'
+// AllgathervRecv cut short, so the Abort naming it goes on the control
+// sessions (see "The control session").
+//
 // Allreduce: worker r sends AllreduceSend (0x03): one ReduceOp byte (Sum 0,
 // Min 1, Max 2, BitwiseOr 3) then its elements. The coordinator checks every
 // op byte against its own, reduces acc = send₀, then acc = op(acc, send_r)

@@ -11,3 +11,7 @@ func SetTestHook(h func(rank int, point string)) (restore func()) {
 // HookRegistered is the hook point at which the coordinator registers a
 // worker's valid Handshake; the hook's rank is the worker's.
 const HookRegistered = hookRegistered
+
+// HookRelay is the hook point at which the coordinator begins a relayed
+// allgatherv.
+const HookRelay = hookRelay

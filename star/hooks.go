@@ -13,6 +13,7 @@ const (
 	hookPosted  = "posted"  // a small frame was posted to one link without waiting
 	hookSent    = "sent"    // a worker's frame went out
 	hookEnd     = "end"     // the collective's I/O is over, before it settles or fails
+	hookRelay   = "relay"   // the coordinator begins a relayed allgatherv
 	hookFailing = "failing" // a failure was recorded, before the Aborts go out
 	hookClosing = "closing" // Close marked the communicator closed and cancelled a running collective
 

@@ -72,8 +72,12 @@ type link struct {
 	wdirty bool
 
 	// reqs feeds the link's goroutine on the coordinator (see
-	// coordinator); nil elsewhere.
-	reqs chan request
+	// coordinator), wreqs its relay writer (see relay); nil elsewhere.
+	reqs, wreqs chan request
+	// relayReading is set while a relay's reader reads the link and its
+	// writer writes it: a failed write then leaves the read side to the
+	// reader and does not read the peer's last words.
+	relayReading atomic.Bool
 
 	// ctl is the control session with the peer, once there is one (the
 	// coordinator attaches a worker's at any time after start-up).
@@ -208,7 +212,7 @@ func (l *link) ioErr(err error, write bool) error {
 		return c
 	}
 	err = edgeErr(err, write)
-	if write && peerGone(err) {
+	if write && peerGone(err) && !l.relayReading.Load() {
 		if ab := l.lastWords(); ab != nil {
 			return ab
 		}
@@ -395,17 +399,8 @@ func (l *link) checkHeader() error {
 // under the read timeout. An EOF before the frame's first byte is io.EOF;
 // after it, io.ErrUnexpectedEOF.
 func (l *link) finishRead() error {
-	if l.rhave < HeaderSize {
-		if err := l.readFull(l.rhdr[l.rhave:]); err != nil {
-			if l.rhave > 0 {
-				err = unexpectedEOF(err)
-			}
-			return err
-		}
-		l.rhave = HeaderSize
-		if err := l.checkHeader(); err != nil {
-			return err
-		}
+	if err := l.readHeader(); err != nil {
+		return err
 	}
 	for ; l.rpart < len(l.rparts); l.rpart, l.roff = l.rpart+1, 0 {
 		if err := l.readFull(l.rparts[l.rpart][l.roff:]); err != nil {
@@ -414,6 +409,22 @@ func (l *link) finishRead() error {
 	}
 	l.endRead()
 	return nil
+}
+
+// readHeader reads the rest of the header of the frame begun by beginRead,
+// if any, and checks it.
+func (l *link) readHeader() error {
+	if l.rhave >= HeaderSize {
+		return nil
+	}
+	if err := l.readFull(l.rhdr[l.rhave:]); err != nil {
+		if l.rhave > 0 {
+			err = unexpectedEOF(err)
+		}
+		return err
+	}
+	l.rhave = HeaderSize
+	return l.checkHeader()
 }
 
 // endRead forgets the buffers of a completed frame, so the link does not

@@ -88,9 +88,37 @@ func (w *worker) exchange(tag byte, extra, send []byte, want byte, parts ...[]by
 	}
 	w.c.hook(hookPoll)
 	if err := w.up.awaitFrame(w.c.spin(n), want, parts...); err != nil {
-		return &linkError{peer: 0, err: err}
+		return &linkError{peer: 0, err: w.controlLastWords(err)}
 	}
 	return nil
+}
+
+// controlLastWords returns the coordinator's Abort in place of err when
+// the data link ended (closed or reset) and the control session carries an
+// Abort: a coordinator that cuts a frame short (see relay) sends its Abort
+// out of band before it ends the data link, but the two connections race
+// to this rank. It waits for that Abort at most lastWordsWait, and not at
+// all once the control session has ended (a coordinator that crashed).
+func (w *worker) controlLastWords(err error) error {
+	ctl := w.up.ctl.Load()
+	if ctl == nil || !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || peerGone(err)) {
+		return err
+	}
+	t := time.NewTimer(lastWordsWait)
+	defer t.Stop()
+	select {
+	case <-ctl.aborted:
+	case <-ctl.msgsDone:
+	case <-t.C:
+	}
+	w.c.stateMu.Lock()
+	pending := w.c.pending
+	w.c.stateMu.Unlock()
+	var ab *AbortError
+	if errors.As(pending, &ab) {
+		return ab
+	}
+	return err
 }
 
 func (w *worker) allgatherv(send []byte, parts [][]byte) error {

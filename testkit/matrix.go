@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/starcomm/starcomm/comm"
@@ -35,19 +36,30 @@ const (
 	MatrixTimeout  = 60 * time.Second
 	matrixShutdown = time.Second
 	matrixElems    = 1000 // float64 elements per rank in allgatherv and broadcast
-	matrixReduce   = 100  // float64 elements in allreduce
-	matrixDelay    = 3 * time.Second
+	// matrixRelayElems: float64 elements per rank in the relayed
+	// allgatherv (320 kB per rank, 1.28 MB in all: the coordinator relays
+	// an AllgathervRecv of 1 MiB or more).
+	matrixRelayElems = 40000
+	matrixReduce     = 100 // float64 elements in allreduce
+	matrixDelay      = 3 * time.Second
 )
 
 // Matrix operations.
 const (
-	OpAllgatherv      = "allgatherv"
-	OpAllreduce       = "allreduce"
-	OpBroadcastRoot0  = "broadcast-root0"
-	OpBroadcastWorker = "broadcast-worker"
-	OpBarrier         = "barrier"
-	OpHandshake       = "handshake"
-	OpShutdown        = "shutdown"
+	OpAllgatherv = "allgatherv"
+	// OpAllgathervRelayed is an allgatherv large enough for the coordinator
+	// to relay it (see package star), run with the control sessions on
+	// (with a liveness timeout of ten collective timeouts, so the
+	// collective's own timeout detects hangs first): a failure in the
+	// middle of a region cuts every worker's frame short, and the Abort
+	// goes out of band.
+	OpAllgathervRelayed = "allgatherv-relayed"
+	OpAllreduce         = "allreduce"
+	OpBroadcastRoot0    = "broadcast-root0"
+	OpBroadcastWorker   = "broadcast-worker"
+	OpBarrier           = "barrier"
+	OpHandshake         = "handshake"
+	OpShutdown          = "shutdown"
 )
 
 // Cell is one cell of the failure matrix.
@@ -81,7 +93,7 @@ func (c Cell) failing() int {
 // MatrixCells returns every cell of the matrix.
 func MatrixCells() []Cell {
 	var cells []Cell
-	ops := []string{OpAllgatherv, OpAllreduce, OpBroadcastRoot0, OpBroadcastWorker, OpBarrier}
+	ops := []string{OpAllgatherv, OpAllgathervRelayed, OpAllreduce, OpBroadcastRoot0, OpBroadcastWorker, OpBarrier}
 	corrupt := []faulty.Kind{faulty.CorruptTag, faulty.LenTooLarge, faulty.LenTooSmall}
 	for _, op := range ops {
 		for _, side := range []string{"worker", "coordinator"} {
@@ -134,6 +146,8 @@ func payloadLen(op string) int {
 	switch op {
 	case OpAllgatherv, OpBroadcastRoot0, OpBroadcastWorker:
 		return 8 * matrixElems
+	case OpAllgathervRelayed:
+		return 8 * matrixRelayElems
 	case OpAllreduce:
 		return 8*matrixReduce + 1
 	}
@@ -217,12 +231,15 @@ func RunMatrix(t *testing.T) {
 	cells := MatrixCells()
 	t.Logf("failure matrix: %d cells", len(cells))
 	for _, cell := range cells {
-		t.Run(cell.Name(), func(t *testing.T) {
-			SyncTest(t, func(t *testing.T) {
-				runCell(t, cell, matrixParams{timeout: MatrixTimeout})
-			})
-		})
+		t.Run(cell.Name(), func(t *testing.T) { RunMatrixCell(t, cell) })
 	}
+}
+
+// RunMatrixCell runs one matrix cell in a synctest bubble.
+func RunMatrixCell(t *testing.T, cell Cell) {
+	SyncTest(t, func(t *testing.T) {
+		runCell(t, cell, matrixParams{timeout: MatrixTimeout})
+	})
 }
 
 // RealClockTimeout is the collective timeout of RunMatrixRealClock.
@@ -236,7 +253,7 @@ const RealClockTimeout = 2 * time.Second
 func RunMatrixRealClock(t *testing.T, accept func(Cell) bool) (times map[faulty.Kind][]time.Duration, closes []time.Duration) {
 	times = map[faulty.Kind][]time.Duration{}
 	for _, cell := range MatrixCells() {
-		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Fault == faulty.Delay || cell.isTimeRow() || cell.isLiveRow() || cell.When == timeAfterIdle || (accept != nil && !accept(cell)) {
+		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Op == OpAllgathervRelayed || cell.Fault == faulty.Delay || cell.isTimeRow() || cell.isLiveRow() || cell.When == timeAfterIdle || (accept != nil && !accept(cell)) {
 			continue
 		}
 		t.Run(cell.Name(), func(t *testing.T) {
@@ -283,10 +300,19 @@ func startFaulty(t *testing.T, s *faulty.Script) ([]comm.Communicator, error) {
 }
 
 func startFaultyWith(t *testing.T, s *faulty.Script, timeout time.Duration) ([]comm.Communicator, error) {
+	return startFaultyOp(t, s, timeout, "")
+}
+
+// startFaultyOp starts the ranks for a cell of op: the control sessions
+// are off, except for the relayed allgatherv, which needs them.
+func startFaultyOp(t *testing.T, s *faulty.Script, timeout time.Duration, op string) ([]comm.Communicator, error) {
 	return StartStar(context.Background(), NewPipeNetwork(), MatrixRanks, func(cfg *star.Config) {
 		cfg.Timeout = timeout
 		cfg.ShutdownTimeout = matrixShutdown
 		cfg.Liveness = -1 // the spec's wire alone: the liveness rows have their own cells
+		if op == OpAllgathervRelayed {
+			cfg.Liveness = 10 * timeout
+		}
 		if cfg.Listener != nil {
 			cfg.Listener = s.WrapListener(cfg.Listener)
 		}
@@ -307,23 +333,27 @@ func newOpRun(op string, rank int) *opRun {
 	o := &opRun{}
 	val := func(r, i int) float64 { return float64(r*100000 + i) }
 	switch op {
-	case OpAllgatherv:
+	case OpAllgatherv, OpAllgathervRelayed:
+		n := matrixElems
+		if op == OpAllgathervRelayed {
+			n = matrixRelayElems
+		}
 		counts, displs := make([]int, MatrixRanks), make([]int, MatrixRanks)
 		for r := range counts {
-			counts[r], displs[r] = matrixElems, r*matrixElems
+			counts[r], displs[r] = n, r*n
 		}
-		o.send = make([]float64, matrixElems)
+		o.send = make([]float64, n)
 		for i := range o.send {
 			o.send[i] = val(rank, i)
 		}
-		o.recv = make([]float64, MatrixRanks*matrixElems)
+		o.recv = make([]float64, MatrixRanks*n)
 		o.run = func(ctx context.Context, c comm.Communicator) error {
 			return comm.Allgatherv(ctx, c, o.send, o.recv, counts, displs)
 		}
 		o.check = func() error {
 			for i, v := range o.recv {
-				if v != val(i/matrixElems, i%matrixElems) {
-					return fmt.Errorf("recv[%d] = %v, want %v", i, v, val(i/matrixElems, i%matrixElems))
+				if v != val(i/n, i%n) {
+					return fmt.Errorf("recv[%d] = %v, want %v", i, v, val(i/n, i%n))
 				}
 			}
 			return nil
@@ -388,7 +418,7 @@ type rankOutcome struct {
 
 func runOpCell(t *testing.T, cell Cell, p matrixParams) {
 	s := faulty.NewScript(cell.faults()...)
-	comms, err := startFaultyWith(t, s, p.timeout)
+	comms, err := startFaultyOp(t, s, p.timeout, cell.Op)
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -398,6 +428,11 @@ func runOpCell(t *testing.T, cell Cell, p matrixParams) {
 		if err != nil {
 			t.Fatalf("warm-up barrier on rank %d: %v", r, err)
 		}
+	}
+	if cell.Op == OpAllgathervRelayed {
+		// The control sessions open in the background after start-up;
+		// on the fake clock they are up once every goroutine is blocked.
+		synctest.Wait()
 	}
 	switch cell.When {
 	case "between":

@@ -1,0 +1,255 @@
+package star
+
+import (
+	"sync"
+	"time"
+)
+
+// The relay: how the coordinator runs a large allgatherv.
+//
+// A star's coordinator must send every worker the whole assembled buffer:
+// times R regions over its one link. Stored and forwarded, that
+// comes after it has received the R-1 workers' regions, so where the
+// network is the limit an allgatherv takes (R-1)(R+1) region times
+// instead of the (R-1)R that its outgoing link needs, 80% of the link's
+// speed at R = 4. The relay overlaps the two, as the link is full duplex:
+// once every worker's AllgathervSend header has arrived and been checked
+// (tag and length, so that a mismatch fails the collective before any
+// AllgathervRecv starts, with an Abort at a frame boundary as ever), each
+// worker link gets a reader, which reads the worker's region into recv and
+// publishes how much of it has arrived, and a writer, which sends that
+// worker the AllgathervRecv frame: the header, rank 0's region at once,
+// then each other region in rank order as fast as it arrives. The wire is
+// unchanged: the same frames, the same bytes.
+//
+// A failure of a reader (a worker that crashes, hangs or is cut off in
+// the middle of its region) cancels every link: the AllgathervRecv frames
+// are cut short mid-frame, so no Abort can follow them on the data links.
+// The control sessions carry it instead (out of band, first; the data
+// links then wait for the workers to close them). That is why only a
+// coordinator whose every worker has a control session relays: without
+// one, a worker would wait for the rest of its frame until its timeout and
+// then blame rank 0. A writer's failure (a worker gone after it sent its
+// region) is that worker's alone: the others get their whole result, as in
+// any scatter; once a worker's region is in, its writer reads the worker's
+// last words (an Abort it sent before it closed) like any failed write.
+//
+// An allgatherv whose result is smaller than relayMin is stored and
+// forwarded (gather, then scatter, with polling for small frames): below
+// that size the copies, not the link, bound it, and the relay's extra
+// goroutine hand-offs would only cost.
+
+// relayMin is the smallest AllgathervRecv payload, in bytes, that the
+// coordinator relays.
+const relayMin = 1 << 20
+
+// relayStep is the least a writer sends at once while a region is still
+// arriving (the rest of the region, if less): small enough to follow the
+// reader closely, large enough that the writes stay few.
+const relayStep = 256 << 10
+
+// relayState is what the readers of one relayed allgatherv publish to the
+// writers.
+type relayState struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	parts  [][]byte // the regions, in rank order (rank 0's is complete)
+	avail  []int    // how many bytes of each region have arrived
+	failed bool     // a reader failed: writers stop
+}
+
+// reset prepares the state for an allgatherv of parts.
+func (rs *relayState) reset(parts [][]byte) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.cond.L == nil {
+		rs.cond.L = &rs.mu
+	}
+	rs.parts = parts
+	rs.avail = rs.avail[:0]
+	for range parts {
+		rs.avail = append(rs.avail, 0)
+	}
+	rs.avail[0] = len(parts[0])
+	rs.failed = false
+}
+
+// clear forgets the caller's buffers once the collective is over.
+func (rs *relayState) clear() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.parts = nil
+}
+
+// publish records that region r has n bytes.
+func (rs *relayState) publish(r, n int) {
+	rs.mu.Lock()
+	rs.avail[r] = n
+	rs.mu.Unlock()
+	rs.cond.Broadcast()
+}
+
+// fail tells the writers to stop.
+func (rs *relayState) fail() {
+	rs.mu.Lock()
+	rs.failed = true
+	rs.mu.Unlock()
+	rs.cond.Broadcast()
+}
+
+// wait returns how many bytes of region r have arrived once at least want
+// have (or the whole region), or false when a reader failed.
+func (rs *relayState) wait(r, want int) (int, bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for !rs.failed && rs.avail[r] < want {
+		rs.cond.Wait()
+	}
+	return rs.avail[r], !rs.failed
+}
+
+// relays reports whether an allgatherv of parts is relayed: it is large
+// enough, and every worker has a control session, which carries the Abort
+// if the relay must cut the frames short (without one, a worker would only
+// learn that rank 0 stopped in the middle of a frame, at its timeout).
+func (co *coordinator) relays(parts [][]byte) bool {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n < relayMin || len(co.workers) == 0 {
+		return false
+	}
+	for _, l := range co.workers {
+		if l.ctl.Load() == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// relay runs an allgatherv of parts (rank 0's region already in place) as
+// described above.
+func (co *coordinator) relay(parts [][]byte) error {
+	seq := co.c.seq
+	co.c.hook(hookRelay)
+	for _, l := range co.workers {
+		l.beginRead(TagAllgathervSend, parts[l.peer:l.peer+1])
+	}
+	// Every header first, checked: until then nothing is written, and a
+	// mismatch fails like any other.
+	if err := co.fan(co.workers, request{kind: reqHeader}, true); err != nil {
+		return err
+	}
+	rs := &co.rs
+	rs.reset(parts)
+	defer rs.clear()
+	for _, l := range co.workers {
+		l.relayReading.Store(true)
+		co.c.hook(hookHandoff)
+		l.reqs <- request{kind: reqRelayRead}
+		co.c.hook(hookHandoff)
+		l.wreqs <- request{kind: reqRelayWrite}
+	}
+	var first error
+	cut := false
+	for range 2 * len(co.workers) {
+		res := <-co.results
+		co.c.hook(hookResult)
+		l := co.byRank[res.peer]
+		switch {
+		case res.err == nil && res.write:
+			l.deliver(seq, time.Now())
+		case res.err == nil:
+			l.arrive(seq)
+		default:
+			if first == nil {
+				first = &linkError{peer: res.peer, err: res.err}
+			}
+			if !res.write && !cut {
+				// A region will never be complete: stop every reader
+				// and writer (the first failure is the one reported).
+				cut = true
+				rs.fail()
+				for _, o := range co.workers {
+					o.cancel(errCut)
+				}
+			}
+		}
+	}
+	return first
+}
+
+// relayRead reads the payload of the worker's region (its header has been
+// read and checked) and publishes its progress after every read.
+func (co *coordinator) relayRead(l *link) error {
+	p := l.rparts[0]
+	have := 0
+	for have < len(p) {
+		if err := l.arm(false); err != nil {
+			l.endRead()
+			return unexpectedEOF(err)
+		}
+		n, err := l.conn.Read(p[have:min(len(p), have+chunk)])
+		if n > 0 {
+			have += n
+			co.rs.publish(l.peer, have)
+		}
+		if err != nil && have < len(p) {
+			l.relayReading.Store(false)
+			l.endRead()
+			return unexpectedEOF(l.ioErr(err, false))
+		}
+	}
+	// The read side is free: a writer that fails from now on may read the
+	// worker's last words (an Abort it sent before it closed).
+	l.relayReading.Store(false)
+	l.endRead()
+	return nil
+}
+
+// relayWrite sends the worker the whole AllgathervRecv frame, each region
+// as fast as it arrives.
+func (co *coordinator) relayWrite(l *link) error {
+	rs := &co.rs
+	rs.mu.Lock()
+	parts := rs.parts
+	rs.mu.Unlock()
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
+	PutHeader(l.whdr[:], TagAllgathervRecv, total)
+	l.wdirty = true
+	var one [1][]byte
+	one[0] = parts[0]
+	if err := l.writeAll(l.whdr[:HeaderSize], one[:]); err != nil {
+		return err
+	}
+	for r := 1; r < len(parts); r++ {
+		p := parts[r]
+		for sent := 0; sent < len(p); {
+			have, ok := rs.wait(r, min(len(p), sent+relayStep))
+			if !ok {
+				return errCut
+			}
+			one[0] = p[sent:have]
+			if err := l.writeAll(nil, one[:]); err != nil {
+				return err
+			}
+			sent = have
+		}
+	}
+	l.wdirty = false
+	return nil
+}
+
+// writeServe runs link l's relay writes until its channel closes.
+func (co *coordinator) writeServe(l *link) {
+	defer co.serving.Done()
+	for range l.wreqs {
+		err := co.relayWrite(l)
+		co.c.hook(hookServed)
+		co.results <- result{peer: l.peer, err: err, write: true}
+	}
+}

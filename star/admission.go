@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xtaci/smux"
@@ -39,6 +40,12 @@ type admission struct {
 	events   chan event
 	done     chan struct{} // closed when run has decided: reporters stop
 	wg       sync.WaitGroup
+
+	// started is set once every worker has registered: with a token, a
+	// Handshake that comes later is refused (its job is running) without
+	// a challenge, so that a worker of the next job on the same port,
+	// whatever its token, tries again as it would without one.
+	started atomic.Bool
 
 	mu   sync.Mutex
 	over bool                    // no new handshake starts
@@ -86,6 +93,9 @@ type event struct {
 	text  string       // evBad: why the handshake failed
 	n     int          // evHeld: bytes the hold read
 	err   error        // evHeld: the hold read's error
+	// authed is set on evHello and evControl when the connection answered
+	// the challenge (with a token; without one there is none).
+	authed bool
 }
 
 // refusal is run's answer to a Handshake or Control frame: why it is
@@ -118,6 +128,7 @@ func admit(ctx context.Context, cfg Config) (*admission, []*link, error) {
 	go a.acceptLoop()
 	err := a.run(ctx)
 	if err == nil {
+		a.started.Store(true)
 		a.stopHolds()
 		// Connections still in their handshake hold no rank and are no
 		// control connections (those come after the Ack): they are
@@ -242,6 +253,8 @@ func (a *admission) handle(ev event) {
 		reason := ""
 		r := int(ev.rank)
 		switch {
+		case len(a.cfg.Token) > 0 && !ev.authed:
+			reason = "authentication failed: the control connection did not answer a challenge"
 		case !a.serving:
 			reason = "start-up is not complete: a control connection comes after the Ack"
 		case ev.size != uint32(a.cfg.Size):
@@ -263,9 +276,16 @@ func (a *admission) handle(ev event) {
 		if a.serving {
 			// Most likely a worker of the next job on this port, while
 			// this one still runs: it tries again.
-			reason := fmt.Sprintf("start-up is complete: this coordinator's job of %d ranks is running (a worker of another job on the same port?)", a.cfg.Size)
+			reason := a.runningReason()
 			a.refused(reason)
 			ev.reply <- refusal{reason: reason, cause: errRunningRemote}
+			return
+		}
+		if len(a.cfg.Token) > 0 && !ev.authed {
+			// Never the case: handshake asks for the answer first.
+			reason := "authentication failed: the connection did not answer a challenge"
+			a.refused(reason)
+			ev.reply <- refusal{reason: reason, cause: ErrAuthentication}
 			return
 		}
 		reason := checkHandshake(ev.rank, ev.size, a.cfg.Size, func(r int) bool { return a.slots[r] != nil })
@@ -307,6 +327,11 @@ func (a *admission) handle(ev event) {
 		a.joined--
 		_ = s.link.conn.Close()
 	}
+}
+
+// runningReason is why a Handshake that comes after start-up is refused.
+func (a *admission) runningReason() string {
+	return fmt.Sprintf("start-up is complete: this coordinator's job of %d ranks is running (a worker of another job on the same port?)", a.cfg.Size)
 }
 
 // refused records a refusal (after start-up, it is logged).
@@ -394,12 +419,29 @@ func (a *admission) handshake(conn transport.Conn) {
 		return
 	}
 	rank, size, _ := ParseHandshake(payload[:])
-	kind := evHello
+	kind, first := evHello, TagHandshake
 	if control {
-		kind = evControl
+		kind, first = evControl, TagControl
+	}
+	authed := false
+	if len(a.cfg.Token) > 0 {
+		if kind == evHello && a.started.Load() {
+			reason := a.runningReason()
+			if a.report(event{kind: evBad, text: reason}) {
+				a.refuseWith(l, reason, errRunningRemote)
+			}
+			return
+		}
+		if r := challenge(l, a.cfg.Token, first, rank, size, a.cfg.HandshakeTimeout); r != nil {
+			if a.report(event{kind: evBad, text: r.reason}) {
+				a.refuseWith(l, r.reason, r.cause)
+			}
+			return
+		}
+		authed = true
 	}
 	reply := make(chan refusal, 1)
-	if !a.report(event{kind: kind, link: l, rank: rank, size: size, reply: reply}) {
+	if !a.report(event{kind: kind, link: l, rank: rank, size: size, reply: reply, authed: authed}) {
 		return
 	}
 	if r := <-reply; r.reason != "" {

@@ -20,10 +20,12 @@ import (
 //
 //   - the accept loop accepts connections and starts a handshake goroutine
 //     for each;
-//   - a handshake goroutine reads the Handshake frame (within
-//     HandshakeTimeout; a silent or garbled connection is dropped without
-//     taking a rank) and asks run to register it; a refused one gets an
-//     Abort with the reason, and the real ranks keep coming;
+//   - a handshake goroutine reads the Handshake frame and, with a token,
+//     challenges the connection and checks its answer (all within
+//     HandshakeTimeout of the accept; a silent, garbled or
+//     unauthenticated connection is dropped without taking a rank), and
+//     asks run to register it; a refused one gets an Abort with the
+//     reason, and the real ranks keep coming;
 //   - a registered connection is watched by a hold goroutine, blocked in a
 //     read: a worker sends nothing until its Ack, so a read that returns
 //     means it left (or broke the protocol), and its rank is free again.
@@ -398,7 +400,8 @@ func (a *admission) acceptLoop() {
 
 // handshake reads one connection's first frame: a Handshake, which run
 // registers, or, after start-up, a Control frame, which run approves and
-// this goroutine then sets up and hands to attach.
+// this goroutine then sets up and hands to attach. With a token, run
+// hears of either only once the connection has answered its challenge.
 func (a *admission) handshake(conn transport.Conn) {
 	defer a.wg.Done()
 	l := newLink(-1, conn, a.cfg.HandshakeTimeout)

@@ -211,9 +211,9 @@ type rawConn struct {
 	closeOnce sync.Once
 }
 
-// dialRaw connects a raw client to addr on nw; begin is the time its
-// endedAt counts from.
-func dialRaw(t *testing.T, nw *pipe.Network, addr string, begin time.Time) (*rawConn, error) {
+// dialRaw connects a raw client to addr through nw (a pipe network or a
+// TCP dialer); begin is the time its endedAt counts from.
+func dialRaw(t *testing.T, nw transport.Dialer, addr string, begin time.Time) (*rawConn, error) {
 	conn, err := nw.Dial(context.Background(), addr)
 	if err != nil {
 		return nil, err

@@ -404,10 +404,12 @@ type tcpHostile struct {
 }
 
 // playHostile dials addr and plays kind: rec holds rank 1's real
-// Handshake and answer, sniffed off the wire.
-func playHostile(addr, kind string, size int, rng *rand.Rand, rec []byte) tcpHostile {
+// Handshake and answer, sniffed off the wire. It calls dialed once its
+// connection is established (in rank 0's accept queue) or has failed.
+func playHostile(addr, kind string, size int, rng *rand.Rand, rec []byte, dialed func()) tcpHostile {
 	h := tcpHostile{kind: kind}
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	dialed()
 	if err != nil {
 		h.err = err
 		return h
@@ -508,7 +510,8 @@ var tcpHostileKinds = []string{
 // ranks, answers made with another token, valid Handshakes for real ranks
 // from clients without a token, bytes trickled every 50 ms, Control
 // frames) all reach rank 0's port, rank 2 starting among them and rank 3
-// once all 200 have connected, so that every one comes during start-up.
+// once all 200 are established (ahead of it in rank 0's accept queue), so
+// that every one comes during start-up.
 // Three rounds: every time the job starts and runs to its end on every
 // rank, and no hostile connection is sent an Ack or a Control answer.
 func TestAuthHostileProcesses(t *testing.T) {
@@ -562,20 +565,22 @@ func TestAuthHostileProcesses(t *testing.T) {
 			require.Equal(t, star.TagAuthResponse, rec[13+4])
 
 			results := make([]tcpHostile, hostiles)
-			var wg sync.WaitGroup
+			var wg, dialed sync.WaitGroup
 			for i := range hostiles {
 				kind := tcpHostileKinds[(i+round)%len(tcpHostileKinds)]
 				seed := rng.Uint64()
+				dialed.Add(1)
 				wg.Go(func() {
-					results[i] = playHostile(addr, kind, size, rand.New(rand.NewPCG(seed, 3)), rec)
+					results[i] = playHostile(addr, kind, size, rand.New(rand.NewPCG(seed, 3)), rec, dialed.Done)
 				})
 				if i == hostiles/2 {
 					procs = append(procs, start(2, port))
 				}
 			}
-			// Rank 3 once every hostile client has been started; give
-			// the last ones a moment to connect.
-			time.Sleep(20 * time.Millisecond)
+			// Rank 3 once every hostile connection is established: they
+			// are ahead of it in rank 0's accept queue, so all of them
+			// come during start-up.
+			dialed.Wait()
 			procs = append(procs, start(3, port))
 			for _, p := range procs {
 				p.await(t, ctx, "DONE")
@@ -643,6 +648,81 @@ func BenchmarkStartupAuth(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
+			}
+		})
+	}
+}
+
+// TestAuthProcesses: a 3-rank job, each rank a separate process over TCP
+// on loopback, configured by the environment alone. With the same token on
+// every rank (rank 0's from COBRE_TCP_TOKEN_FILE, a file ending in a
+// newline, the workers' from COBRE_TCP_TOKEN) the job starts, runs mixed
+// collectives and ends on every rank. With another token on rank 2, its
+// FromEnv fails at once with a *comm.InitializationFailedError saying the
+// authentication (token) was refused; rank 0 fails start-up after the
+// connect timeout naming rank 2 as missing and saying its answer was
+// wrong, and rank 1 names rank 2 too. No output shows a token.
+func TestAuthProcesses(t *testing.T) {
+	skipUnlessChaos(t)
+	const size = 3
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	tokenFile := writeFile(t, "token", testToken+"\n")
+	for _, tc := range []struct {
+		name  string
+		rank2 string // rank 2's token variable
+	}{
+		{"token=same", "COBRE_TCP_TOKEN=" + testToken},
+		{"token=other", "COBRE_TCP_TOKEN=" + otherToken},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := chaosWatchdog(t)
+			port := freePort(t)
+			procs := startChaosCmds(t, repeat("authjob", size), func(r int) *exec.Cmd {
+				cmd := exec.CommandContext(ctx, exe)
+				cmd.Env = append(os.Environ(),
+					"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_BIND_ADDR=127.0.0.1",
+					"COBRE_TCP_PORT="+strconv.Itoa(port), "COBRE_TCP_CONNECT_TIMEOUT_MS=3000", "COBRE_TCP_TIMEOUT_SECS=20")
+				switch r {
+				case 0:
+					cmd.Env = append(cmd.Env, "COBRE_TCP_TOKEN_FILE="+tokenFile)
+				case 1:
+					cmd.Env = append(cmd.Env, "COBRE_TCP_TOKEN="+testToken)
+				case 2:
+					cmd.Env = append(cmd.Env, tc.rank2)
+				}
+				return cmd
+			})
+			defer func() {
+				for _, p := range procs {
+					assertNoToken(t, fmt.Sprintf("rank %d's output", p.rank), p.dump())
+				}
+			}()
+			if tc.name == "token=same" {
+				for _, p := range procs {
+					p.await(t, ctx, "DONE")
+				}
+				for _, p := range procs {
+					assert.Equal(t, 0, p.wait(t, ctx), "rank %d exit\n%s", p.rank, p.dump())
+				}
+				return
+			}
+			res := parseResult(t, procs[2].await(t, ctx, "RESULT "))
+			t.Logf("rank 2: %s call_ms=%s msg=%q", res.fields["type"], res.fields["call_ms"], res.msg)
+			assert.Equal(t, "start", res.fields["op"])
+			assert.Equal(t, "InitializationFailed", res.fields["type"], res.msg)
+			assert.Contains(t, res.msg, "authentication (token) refused by the coordinator at 127.0.0.1:"+strconv.Itoa(port))
+			assert.Less(t, res.int(t, "call_ms"), 3000, "rank 2 failed at once, not at the connect timeout")
+			res = parseResult(t, procs[0].await(t, ctx, "RESULT "))
+			t.Logf("rank 0: %s msg=%q", res.fields["type"], res.msg)
+			assert.Equal(t, "InitializationFailed", res.fields["type"], res.msg)
+			assert.Contains(t, res.msg, "missing ranks [2]")
+			assert.Contains(t, res.msg, "a connection claiming rank 2 gave a wrong answer to the challenge")
+			res = parseResult(t, procs[1].await(t, ctx, "RESULT "))
+			assert.Equal(t, "InitializationFailed", res.fields["type"], res.msg)
+			assert.Equal(t, 2, res.int(t, "rank"), "rank 1 names rank 2: %s", res.msg)
+			for _, p := range procs {
+				assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit\n%s", p.rank, p.dump())
 			}
 		})
 	}

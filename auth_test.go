@@ -101,10 +101,10 @@ func TestConfigToken(t *testing.T) {
 		{"both/file=missing", map[string]string{"COBRE_TCP_TOKEN": testToken, "COBRE_TCP_TOKEN_FILE": missing}, 2,
 			"not both", missing},
 		{"file=missing", map[string]string{"COBRE_TCP_TOKEN_FILE": missing}, 1, "cannot read the token file: open " + missing, missing},
-		{"file=directory", map[string]string{"COBRE_TCP_TOKEN_FILE": t.TempDir()}, 1, "is a directory", ""},
+		{"file=directory", map[string]string{"COBRE_TCP_TOKEN_FILE": t.TempDir()}, 1, "the token file is a directory, not a regular file", ""},
 		{"file=empty", map[string]string{"COBRE_TCP_TOKEN_FILE": empty}, 1, "the token file is empty", empty},
 		{"file=large", map[string]string{"COBRE_TCP_TOKEN_FILE": large}, 1, "larger than 64 KiB", large},
-		{"file=/dev/zero", map[string]string{"COBRE_TCP_TOKEN_FILE": "/dev/zero"}, 1, "larger than 64 KiB", "/dev/zero"},
+		{"file=/dev/zero", map[string]string{"COBRE_TCP_TOKEN_FILE": "/dev/zero"}, 1, "the token file is a device, not a regular file", "/dev/zero"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.env["COBRE_TCP_TOKEN_FILE"] == "/dev/zero" {

@@ -2,10 +2,11 @@ package starcomm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,7 +54,7 @@ var variables = []variable{
 	{name: EnvToken, field: "Token", reads: tcpOnly, codec: tokenText,
 		meaning: "starcomm's addition: the job's shared secret, the same on every rank (surrounding white space ignored; use a long random one, such as `openssl rand -hex 32`). Rank 0 then registers a worker, and accepts its control session, only once it has answered a challenge (a fresh random nonce) with an HMAC-SHA256 keyed with the token; the token never crosses the wire and never appears in a message or log. Every rank must then be starcomm and have the token. It authenticates ranks; it does not encrypt. See \"Authentication\""},
 	{name: EnvTokenFile, field: "TokenFile", reads: tcpOnly, codec: tokenFile,
-		meaning: "starcomm's addition: a file whose content (surrounding white space ignored) is the token, so that the secret need not sit in the environment (a mounted secret); a file that cannot be read, is empty or is over 64 KiB is an error. Not together with `COBRE_TCP_TOKEN`"},
+		meaning: "starcomm's addition: a file whose content (surrounding white space ignored) is the token, so that the secret need not sit in the environment (a mounted secret: a link to a regular file is followed); a file that cannot be read, is not a regular file (a named pipe, a device, a directory), is empty or is over 64 KiB is an error. Not together with `COBRE_TCP_TOKEN`. Only the `tcp` backend reads either"},
 	{name: EnvErrorFile, field: "ErrorFile", codec: text(func(c *Config) *string { return &c.ErrorFile }),
 		meaning: "file where this rank records its first failure (one JSON record) for its launcher, which then names the root cause; unset: no file. The launchers set one per rank"},
 }
@@ -190,15 +191,46 @@ var tokenFile = codec{
 // shorter; a device such as /dev/zero would never end).
 const maxTokenFile = 64 << 10
 
+// notRegular names what a file of mode m is when it is not a regular
+// file, or returns "".
+func notRegular(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return ""
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "of another kind (" + m.Type().String() + ")"
+}
+
 // readTokenFile returns the token in the file at path, surrounding white
 // space removed, or why it has none. The token is never part of the
 // reason.
 func readTokenFile(path string) (star.Token, string) {
-	f, err := os.Open(path)
+	f, err := openTokenFile(path)
 	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, "cannot read the token file (this process's user may not read it): " + err.Error()
+		}
 		return nil, "cannot read the token file: " + err.Error()
 	}
 	defer f.Close()
+	// Only a regular file (or a link to one, as a mounted secret is): a
+	// pipe or a device could block, never end, or give another token to
+	// each of the two reads (the configuration's check, then New).
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, "cannot read the token file: " + err.Error()
+	}
+	if what := notRegular(fi.Mode()); what != "" {
+		return nil, "the token file is " + what + ", not a regular file: give a file that holds the token"
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
 	switch {
 	case err != nil:

@@ -66,7 +66,8 @@ type admission struct {
 	attach   func(rank int, ctl *controlConn)
 	log      func(msg string, args ...any)
 
-	closeOnce sync.Once // closes the listener
+	closeOnce sync.Once     // closes the listener
+	closed    chan struct{} // closed once the listener is
 }
 
 // controlConn is a control connection the coordinator has set up, for the
@@ -124,7 +125,7 @@ func admit(ctx context.Context, cfg Config) (*admission, []*link, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	a := &admission{cfg: cfg, deadline: deadline, events: make(chan event), done: make(chan struct{}),
+	a := &admission{cfg: cfg, deadline: deadline, events: make(chan event), done: make(chan struct{}), closed: make(chan struct{}),
 		open: map[transport.Conn]bool{}, slots: make([]*slot, cfg.Size), controls: make([]bool, cfg.Size)}
 	a.wg.Add(1)
 	go a.acceptLoop()
@@ -208,7 +209,10 @@ func (a *admission) allControls() bool {
 // closeListener stops accepting connections: the accept loop ends, and
 // the handshakes it started go on. It is idempotent.
 func (a *admission) closeListener() {
-	a.closeOnce.Do(func() { _ = a.cfg.Listener.Close() })
+	a.closeOnce.Do(func() {
+		close(a.closed)
+		_ = a.cfg.Listener.Close()
+	})
 }
 
 // run decides, until every worker has registered and stayed, or ctx ends.
@@ -377,14 +381,37 @@ func (a *admission) report(ev event) bool {
 }
 
 // acceptLoop accepts connections until the listener closes, and starts a
-// handshake for each.
+// handshake for each. An Accept that fails while the listener is open (out
+// of file descriptors, say, because of a flood of connections, or a
+// connection reset before it was set up) does not end it: it is reported,
+// and the loop accepts again after a pause that doubles from
+// acceptBackoffMin up to acceptBackoffMax, so that the real ranks still
+// get in once the flood ebbs.
 func (a *admission) acceptLoop() {
 	defer a.wg.Done()
+	var pause time.Duration
 	for {
 		conn, err := a.cfg.Listener.Accept()
 		if err != nil {
-			return
+			select {
+			case <-a.closed:
+				return
+			default:
+			}
+			if !a.report(event{kind: evBad, text: fmt.Sprintf("accepting a connection failed: %v", err)}) {
+				return
+			}
+			pause = min(max(2*pause, acceptBackoffMin), acceptBackoffMax)
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-a.closed:
+				t.Stop()
+				return
+			}
+			continue
 		}
+		pause = 0
 		a.mu.Lock()
 		if a.over {
 			a.mu.Unlock()
@@ -397,6 +424,12 @@ func (a *admission) acceptLoop() {
 		go a.handshake(conn)
 	}
 }
+
+// The pauses of acceptLoop after a failed Accept.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
 
 // handshake reads one connection's first frame: a Handshake, which run
 // registers, or, after start-up, a Control frame, which run approves and

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,4 +177,73 @@ func TestAuthHostileStartupTCP(t *testing.T) {
 			t.Logf("round %d: %d hostile connections during start-up, %d refused with an Abort, the others cut when it ended", round, hostiles, refused)
 		})
 	}
+}
+
+// failingListener fails Accept, without accepting, while fails (decremented
+// at each failure) is positive, or always when it starts negative.
+type failingListener struct {
+	transport.Listener
+	fails atomic.Int32
+}
+
+func (l *failingListener) Accept() (transport.Conn, error) {
+	if n := l.fails.Load(); n != 0 {
+		if n > 0 {
+			l.fails.Add(-1)
+		}
+		return nil, fmt.Errorf("accept: %w", syscall.EMFILE)
+	}
+	return l.Listener.Accept()
+}
+
+// TestAcceptErrors: an Accept that fails while the listener is open (out
+// of file descriptors, as a flood of hostile connections can cause) does
+// not stop rank 0 from accepting: after 4 failures, with pauses of 5, 10,
+// 20 and 40 ms between them, the real workers are accepted and the job
+// starts (75 ms after the start, on the fake clock). When Accept never
+// works again, rank 0 fails at the connect timeout naming the missing rank
+// and saying that accepting failed, and nothing is left running. Without
+// the retry, the first failure ended the accept loop and start-up waited
+// for the connect timeout, then failed.
+func TestAcceptErrors(t *testing.T) {
+	t.Run("recovers", func(t *testing.T) {
+		testkit.SyncTest(t, func(t *testing.T) {
+			const size = 3
+			var fl *failingListener
+			ac := newAuthCluster(t, size, func(rank int, c *star.Config) {
+				c.Token = jobToken
+				if rank == 0 {
+					fl = &failingListener{Listener: c.Listener}
+					fl.fails.Store(4)
+					c.Listener = fl
+				}
+			})
+			begin := time.Now()
+			coord := ac.start(0)
+			w1, w2 := ac.start(1), ac.start(2)
+			r0, r1, r2 := <-coord, <-w1, <-w2
+			require.NoError(t, errors.Join(r0.err, r1.err, r2.err))
+			assert.Equal(t, 75*time.Millisecond, time.Since(begin))
+			comms := []comm.Communicator{r0.c, r1.c, r2.c}
+			errs := testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) })
+			require.NoError(t, errors.Join(errs...))
+			require.NoError(t, testkit.CloseAll(comms))
+		})
+	})
+	t.Run("never", func(t *testing.T) {
+		testkit.SyncTest(t, func(t *testing.T) {
+			ac := newAuthCluster(t, 2, func(rank int, c *star.Config) {
+				c.ConnectTimeout = 3 * time.Second
+				if rank == 0 {
+					fl := &failingListener{Listener: c.Listener}
+					fl.fails.Store(-1)
+					c.Listener = fl
+				}
+			})
+			r0 := <-ac.start(0)
+			require.Error(t, r0.err)
+			assert.Contains(t, r0.err.Error(), "missing ranks [1]")
+			assert.Contains(t, r0.err.Error(), "accepting a connection failed: accept: too many open files")
+		})
+	})
 }

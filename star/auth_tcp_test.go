@@ -116,7 +116,12 @@ func TestAuthHostileStartupTCP(t *testing.T) {
 			}
 			coord := start(0)
 			w1 := start(1)
-			require.Equal(t, 1, <-regs)
+			select {
+			case r := <-regs:
+				require.Equal(t, 1, r)
+			case r := <-w1:
+				t.Fatalf("rank 1 ended before it was registered: %v", r.err)
+			}
 			<-answered
 			<-accepted
 			ts.mu.Lock()

@@ -54,11 +54,15 @@ type admission struct {
 	open map[transport.Conn]bool // accepted, not registered: closed at the end
 
 	// Owned by run.
-	slots    []*slot
-	joined   int
-	holding  int  // hold goroutines running
-	sealing  bool // every worker has registered; the holds are stopping
-	refusals []string
+	slots   []*slot
+	joined  int
+	holding int  // hold goroutines running
+	sealing bool // every worker has registered; the holds are stopping
+	// refusals counts the connections refused (or workers that left)
+	// during start-up, and lastRefusal says why the last one was: only
+	// these, so that a flood of hostile connections costs no memory here.
+	refusals    int
+	lastRefusal string
 	// After start-up (see serve): which ranks have a control session, or
 	// one being set up, and what to do with a new one.
 	serving  bool
@@ -328,7 +332,8 @@ func (a *admission) handle(ev event) {
 		if ev.n == 0 {
 			why = describe(ev.err, a.cfg.Timeout)
 		}
-		a.refusals = append(a.refusals, fmt.Sprintf("rank %d left before start-up completed: %s", s.rank, why))
+		a.refusals++
+		a.lastRefusal = fmt.Sprintf("rank %d left before start-up completed: %s", s.rank, why)
 		a.slots[s.rank] = nil
 		a.joined--
 		_ = s.link.conn.Close()
@@ -348,7 +353,8 @@ func (a *admission) refused(reason string) {
 		}
 		return
 	}
-	a.refusals = append(a.refusals, reason)
+	a.refusals++
+	a.lastRefusal = reason
 }
 
 // hold starts watching a registered connection until run stops it (at
@@ -579,8 +585,8 @@ func (a *admission) missing(cause error) error {
 		}
 	}
 	msg := fmt.Sprintf("%d of %d workers registered within %v; missing ranks %v", a.cfg.Size-1-len(missing), a.cfg.Size-1, a.cfg.ConnectTimeout, missing)
-	if len(a.refusals) > 0 {
-		msg += fmt.Sprintf("; refused %d connection(s), last: %s", len(a.refusals), a.refusals[len(a.refusals)-1])
+	if a.refusals > 0 {
+		msg += fmt.Sprintf("; refused %d connection(s), last: %s", a.refusals, a.lastRefusal)
 	}
 	return &startupError{msg: msg, missing: missing[0], cause: cause}
 }

@@ -89,6 +89,9 @@ func chaosChild(mode string) int {
 	if mode == "slow" {
 		return slowChild()
 	}
+	if mode == "authjob" {
+		return authJobChild()
+	}
 	if mode == "stall" {
 		fmt.Println("BOOT")
 		time.Sleep(chaosChildLimit)

@@ -52,6 +52,13 @@ const (
 	// EnvErrorFile names the file where this rank records its first
 	// failure for its launcher (Config.ErrorFile).
 	EnvErrorFile = errfile.Env
+	// EnvToken is the job's shared secret (Config.Token): rank 0 then
+	// registers only workers that prove they hold it (see "Authentication"
+	// in the README).
+	EnvToken = "COBRE_TCP_TOKEN"
+	// EnvTokenFile names a file that holds the token (Config.TokenFile),
+	// so that the secret need not sit in the environment.
+	EnvTokenFile = "COBRE_TCP_TOKEN_FILE"
 )
 
 // Backend names.
@@ -131,6 +138,17 @@ type Config struct {
 	// fails every rank, naming the one that differs (COBRE_DEBUG). See
 	// star.Config.CheckCollectives.
 	Debug string
+	// Token is the job's shared secret, the same on every rank
+	// (COBRE_TCP_TOKEN): rank 0 registers a worker, and accepts its control
+	// session, only once it has answered a challenge with an HMAC keyed
+	// with it. The token never crosses the wire, and prints as
+	// [redacted]. Empty: no authentication. See star.Config.Token.
+	Token star.Token
+	// TokenFile is a file whose content, surrounding white space removed,
+	// is the token (COBRE_TCP_TOKEN_FILE), read when the communicator
+	// starts (and by ConfigFromEnv, which reports a file that cannot be
+	// read or is empty). Token and TokenFile are not set together.
+	TokenFile string
 	// Listening, if set, is called on rank 0 with the port it listens on
 	// (useful with Port 0) before it waits for workers.
 	Listening func(port int)
@@ -400,10 +418,15 @@ type rankProblem struct {
 	involves []string // the variables the rule reads
 }
 
-// rankRules checks the rules that tie Rank, Size and Backend together, for
-// backend b; name writes a variable's name as the error shows it.
+// rankRules checks the rules that tie Rank, Size and Backend together
+// (and, for tcp, Token and TokenFile), for backend b; name writes a
+// variable's name as the error shows it.
 func (c Config) rankRules(b string, name func(string) string) []rankProblem {
 	var ps []rankProblem
+	if b == BackendTCP && len(c.Token) > 0 && c.TokenFile != "" {
+		// Whether the file can be read or not: both are set.
+		ps = append(ps, rankProblem{EnvTokenFile, fmt.Sprintf("%s is set too: give the token in %s or in %s, not both", name(EnvToken), name(EnvToken), name(EnvTokenFile)), []string{EnvToken}})
+	}
 	switch b {
 	case BackendTCP, BackendShm:
 		if c.Rank >= c.Size {

@@ -1,5 +1,7 @@
 package starcomm
 
+import "github.com/starcomm/starcomm/star"
+
 // Exports of config_vars.go for the tests in package starcomm_test.
 
 // Resolve returns the backend c selects (auto resolved).
@@ -19,3 +21,6 @@ func VariableFields() (names, fields []string) {
 	}
 	return names, fields
 }
+
+// TokenOf returns the token c gives: Token, or what TokenFile holds.
+func TokenOf(c Config) (star.Token, error) { return c.token() }

@@ -1,6 +1,11 @@
 package starcomm
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
 	"math"
 	"slices"
 	"strconv"
@@ -8,6 +13,7 @@ import (
 	"time"
 
 	"github.com/starcomm/starcomm/shm"
+	"github.com/starcomm/starcomm/star"
 )
 
 // variables is the table of the COBRE_* variables: one row per variable,
@@ -45,6 +51,10 @@ var variables = []variable{
 		meaning: "starcomm's addition: the level of the library's log on standard error: `off`, `error`, `warn` (stall reports: what a waiting collective waits for), `info` or `debug` (control sessions)"},
 	{name: EnvDebug, field: "Debug", reads: tcpOnly, check: debugNeedsControl, codec: choice([]string{DebugOff, DebugDetail}, func(c *Config) *string { return &c.Debug }),
 		meaning: "starcomm's addition: `detail` compares every rank's arguments to every collective (operation, element type, counts or length, root, reduce op) before its data, and fails every rank, naming the one that differs, on a mismatch the wire cannot show; it costs a message per rank per collective"},
+	{name: EnvToken, field: "Token", reads: tcpOnly, codec: tokenText,
+		meaning: "starcomm's addition: the job's shared secret, the same on every rank (surrounding white space ignored; use a long random one, such as `openssl rand -hex 32`). Rank 0 then registers a worker, and accepts its control session, only once it has answered a challenge (a fresh random nonce) with an HMAC-SHA256 keyed with the token; the token never crosses the wire and never appears in a message or log. Every rank must then be starcomm and have the token. It authenticates ranks; it does not encrypt. See \"Authentication\""},
+	{name: EnvTokenFile, field: "TokenFile", reads: tcpOnly, codec: tokenFile,
+		meaning: "starcomm's addition: a file whose content (surrounding white space ignored) is the token, so that the secret need not sit in the environment (a mounted secret: a link to a regular file is followed); a file that cannot be read, is not a regular file (a named pipe, a device, a directory), is empty or is over 64 KiB is an error. Not together with `COBRE_TCP_TOKEN`. Only the `tcp` backend reads either"},
 	{name: EnvErrorFile, field: "ErrorFile", codec: text(func(c *Config) *string { return &c.ErrorFile }),
 		meaning: "file where this rank records its first failure (one JSON record) for its launcher, which then names the root cause; unset: no file. The launchers set one per rank"},
 }
@@ -156,6 +166,95 @@ func shmNameOK(_ string, c Config) string {
 		return ""
 	}
 	return shm.CheckName(c.ShmName)
+}
+
+// tokenText is a token given in the environment.
+var tokenText = codec{
+	parse: func(c *Config, v string) error { c.Token = star.Token(v); return nil },
+	show:  func(c Config) string { return c.Token.String() },
+}
+
+// tokenFile is the path of a file holding the token: it must be readable
+// and hold one.
+var tokenFile = codec{
+	parse: func(c *Config, v string) error {
+		c.TokenFile = v
+		if _, why := readTokenFile(v); why != "" {
+			return notAllowed(why)
+		}
+		return nil
+	},
+	show: func(c Config) string { return c.TokenFile },
+}
+
+// maxTokenFile bounds what is read of a token file (a token is far
+// shorter; a device such as /dev/zero would never end).
+const maxTokenFile = 64 << 10
+
+// notRegular names what a file of mode m is when it is not a regular
+// file, or returns "".
+func notRegular(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return ""
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "of another kind (" + m.Type().String() + ")"
+}
+
+// readTokenFile returns the token in the file at path, surrounding white
+// space removed, or why it has none. The token is never part of the
+// reason.
+func readTokenFile(path string) (star.Token, string) {
+	f, err := openTokenFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, "cannot read the token file (this process's user may not read it): " + err.Error()
+		}
+		return nil, "cannot read the token file: " + err.Error()
+	}
+	defer f.Close()
+	// Only a regular file (or a link to one, as a mounted secret is): a
+	// pipe or a device could block, never end, or give another token to
+	// each of the two reads (the configuration's check, then New).
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, "cannot read the token file: " + err.Error()
+	}
+	if what := notRegular(fi.Mode()); what != "" {
+		return nil, "the token file is " + what + ", not a regular file: give a file that holds the token"
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	switch {
+	case err != nil:
+		return nil, "cannot read the token file: " + err.Error()
+	case len(b) > maxTokenFile:
+		return nil, fmt.Sprintf("the token file is larger than %d KiB: not a token file", maxTokenFile>>10)
+	}
+	tok := bytes.TrimSpace(b)
+	if len(tok) == 0 {
+		return nil, "the token file is empty: it must hold the job's token"
+	}
+	return star.Token(tok), ""
+}
+
+// token returns the token c gives: Token, or the content of TokenFile.
+func (c Config) token() (star.Token, error) {
+	if c.TokenFile == "" {
+		return c.Token, nil
+	}
+	tok, why := readTokenFile(c.TokenFile)
+	if why != "" {
+		return nil, &InvalidConfigurationError{Var: lookupVariable(EnvTokenFile).field, Value: c.TokenFile, Allowed: why}
+	}
+	return tok, nil
 }
 
 // text is any non-blank string.

@@ -104,7 +104,12 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	if err := tc.Validate(); err != nil {
 		return nil, &comm.InitializationFailedError{Backend: BackendTCP, Err: err}
 	}
+	token, err := cfg.token()
+	if err != nil {
+		return nil, err
+	}
 	sc := star.DefaultConfig()
+	sc.Token = token
 	sc.Rank, sc.Size = cfg.Rank, cfg.Size
 	sc.Timeout = cfg.Timeout
 	sc.ConnectTimeout = cfg.ConnectTimeout

@@ -51,6 +51,7 @@ var causes = map[string]error{
 	"running":        errRunningRemote,
 	"unresponsive":   remoteUnresponsive{},
 	"desync":         ErrDesync,
+	"auth":           ErrAuthentication,
 }
 
 // errClosedRemote stands for a rank that closed its communicator during a
@@ -84,6 +85,8 @@ func causeName(err error) string {
 		return "unresponsive"
 	case errors.Is(err, ErrDesync):
 		return "desync"
+	case errors.Is(err, ErrAuthentication):
+		return "auth"
 	case errors.Is(err, errRefusedRemote):
 		return "refused"
 	case errors.Is(err, errRunningRemote):

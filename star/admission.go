@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xtaci/smux"
@@ -19,10 +20,12 @@ import (
 //
 //   - the accept loop accepts connections and starts a handshake goroutine
 //     for each;
-//   - a handshake goroutine reads the Handshake frame (within
-//     HandshakeTimeout; a silent or garbled connection is dropped without
-//     taking a rank) and asks run to register it; a refused one gets an
-//     Abort with the reason, and the real ranks keep coming;
+//   - a handshake goroutine reads the Handshake frame and, with a token,
+//     challenges the connection and checks its answer (all within
+//     HandshakeTimeout of the accept; a silent, garbled or
+//     unauthenticated connection is dropped without taking a rank), and
+//     asks run to register it; a refused one gets an Abort with the
+//     reason, and the real ranks keep coming;
 //   - a registered connection is watched by a hold goroutine, blocked in a
 //     read: a worker sends nothing until its Ack, so a read that returns
 //     means it left (or broke the protocol), and its rank is free again.
@@ -40,16 +43,26 @@ type admission struct {
 	done     chan struct{} // closed when run has decided: reporters stop
 	wg       sync.WaitGroup
 
+	// started is set once every worker has registered: with a token, a
+	// Handshake that comes later is refused (its job is running) without
+	// a challenge, so that a worker of the next job on the same port,
+	// whatever its token, tries again as it would without one.
+	started atomic.Bool
+
 	mu   sync.Mutex
 	over bool                    // no new handshake starts
 	open map[transport.Conn]bool // accepted, not registered: closed at the end
 
 	// Owned by run.
-	slots    []*slot
-	joined   int
-	holding  int  // hold goroutines running
-	sealing  bool // every worker has registered; the holds are stopping
-	refusals []string
+	slots   []*slot
+	joined  int
+	holding int  // hold goroutines running
+	sealing bool // every worker has registered; the holds are stopping
+	// refusals counts the connections refused (or workers that left)
+	// during start-up, and lastRefusal says why the last one was: only
+	// these, so that a flood of hostile connections costs no memory here.
+	refusals    int
+	lastRefusal string
 	// After start-up (see serve): which ranks have a control session, or
 	// one being set up, and what to do with a new one.
 	serving  bool
@@ -57,7 +70,8 @@ type admission struct {
 	attach   func(rank int, ctl *controlConn)
 	log      func(msg string, args ...any)
 
-	closeOnce sync.Once // closes the listener
+	closeOnce sync.Once     // closes the listener
+	closed    chan struct{} // closed once the listener is
 }
 
 // controlConn is a control connection the coordinator has set up, for the
@@ -86,6 +100,9 @@ type event struct {
 	text  string       // evBad: why the handshake failed
 	n     int          // evHeld: bytes the hold read
 	err   error        // evHeld: the hold read's error
+	// authed is set on evHello and evControl when the connection answered
+	// the challenge (with a token; without one there is none).
+	authed bool
 }
 
 // refusal is run's answer to a Handshake or Control frame: why it is
@@ -112,12 +129,13 @@ func admit(ctx context.Context, cfg Config) (*admission, []*link, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	a := &admission{cfg: cfg, deadline: deadline, events: make(chan event), done: make(chan struct{}),
+	a := &admission{cfg: cfg, deadline: deadline, events: make(chan event), done: make(chan struct{}), closed: make(chan struct{}),
 		open: map[transport.Conn]bool{}, slots: make([]*slot, cfg.Size), controls: make([]bool, cfg.Size)}
 	a.wg.Add(1)
 	go a.acceptLoop()
 	err := a.run(ctx)
 	if err == nil {
+		a.started.Store(true)
 		a.stopHolds()
 		// Connections still in their handshake hold no rank and are no
 		// control connections (those come after the Ack): they are
@@ -195,7 +213,10 @@ func (a *admission) allControls() bool {
 // closeListener stops accepting connections: the accept loop ends, and
 // the handshakes it started go on. It is idempotent.
 func (a *admission) closeListener() {
-	a.closeOnce.Do(func() { _ = a.cfg.Listener.Close() })
+	a.closeOnce.Do(func() {
+		close(a.closed)
+		_ = a.cfg.Listener.Close()
+	})
 }
 
 // run decides, until every worker has registered and stayed, or ctx ends.
@@ -242,6 +263,8 @@ func (a *admission) handle(ev event) {
 		reason := ""
 		r := int(ev.rank)
 		switch {
+		case len(a.cfg.Token) > 0 && !ev.authed:
+			reason = "authentication failed: the control connection did not answer a challenge"
 		case !a.serving:
 			reason = "start-up is not complete: a control connection comes after the Ack"
 		case ev.size != uint32(a.cfg.Size):
@@ -263,9 +286,16 @@ func (a *admission) handle(ev event) {
 		if a.serving {
 			// Most likely a worker of the next job on this port, while
 			// this one still runs: it tries again.
-			reason := fmt.Sprintf("start-up is complete: this coordinator's job of %d ranks is running (a worker of another job on the same port?)", a.cfg.Size)
+			reason := a.runningReason()
 			a.refused(reason)
 			ev.reply <- refusal{reason: reason, cause: errRunningRemote}
+			return
+		}
+		if len(a.cfg.Token) > 0 && !ev.authed {
+			// Never the case: handshake asks for the answer first.
+			reason := "authentication failed: the connection did not answer a challenge"
+			a.refused(reason)
+			ev.reply <- refusal{reason: reason, cause: ErrAuthentication}
 			return
 		}
 		reason := checkHandshake(ev.rank, ev.size, a.cfg.Size, func(r int) bool { return a.slots[r] != nil })
@@ -302,11 +332,17 @@ func (a *admission) handle(ev event) {
 		if ev.n == 0 {
 			why = describe(ev.err, a.cfg.Timeout)
 		}
-		a.refusals = append(a.refusals, fmt.Sprintf("rank %d left before start-up completed: %s", s.rank, why))
+		a.refusals++
+		a.lastRefusal = fmt.Sprintf("rank %d left before start-up completed: %s", s.rank, why)
 		a.slots[s.rank] = nil
 		a.joined--
 		_ = s.link.conn.Close()
 	}
+}
+
+// runningReason is why a Handshake that comes after start-up is refused.
+func (a *admission) runningReason() string {
+	return fmt.Sprintf("start-up is complete: this coordinator's job of %d ranks is running (a worker of another job on the same port?)", a.cfg.Size)
 }
 
 // refused records a refusal (after start-up, it is logged).
@@ -317,7 +353,8 @@ func (a *admission) refused(reason string) {
 		}
 		return
 	}
-	a.refusals = append(a.refusals, reason)
+	a.refusals++
+	a.lastRefusal = reason
 }
 
 // hold starts watching a registered connection until run stops it (at
@@ -350,14 +387,37 @@ func (a *admission) report(ev event) bool {
 }
 
 // acceptLoop accepts connections until the listener closes, and starts a
-// handshake for each.
+// handshake for each. An Accept that fails while the listener is open (out
+// of file descriptors, say, because of a flood of connections, or a
+// connection reset before it was set up) does not end it: it is reported,
+// and the loop accepts again after a pause that doubles from
+// acceptBackoffMin up to acceptBackoffMax, so that the real ranks still
+// get in once the flood ebbs.
 func (a *admission) acceptLoop() {
 	defer a.wg.Done()
+	var pause time.Duration
 	for {
 		conn, err := a.cfg.Listener.Accept()
 		if err != nil {
-			return
+			select {
+			case <-a.closed:
+				return
+			default:
+			}
+			if !a.report(event{kind: evBad, text: fmt.Sprintf("accepting a connection failed: %v", err)}) {
+				return
+			}
+			pause = min(max(2*pause, acceptBackoffMin), acceptBackoffMax)
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-a.closed:
+				t.Stop()
+				return
+			}
+			continue
 		}
+		pause = 0
 		a.mu.Lock()
 		if a.over {
 			a.mu.Unlock()
@@ -371,9 +431,16 @@ func (a *admission) acceptLoop() {
 	}
 }
 
+// The pauses of acceptLoop after a failed Accept.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
 // handshake reads one connection's first frame: a Handshake, which run
 // registers, or, after start-up, a Control frame, which run approves and
-// this goroutine then sets up and hands to attach.
+// this goroutine then sets up and hands to attach. With a token, run
+// hears of either only once the connection has answered its challenge.
 func (a *admission) handshake(conn transport.Conn) {
 	defer a.wg.Done()
 	l := newLink(-1, conn, a.cfg.HandshakeTimeout)
@@ -394,12 +461,29 @@ func (a *admission) handshake(conn transport.Conn) {
 		return
 	}
 	rank, size, _ := ParseHandshake(payload[:])
-	kind := evHello
+	kind, first := evHello, TagHandshake
 	if control {
-		kind = evControl
+		kind, first = evControl, TagControl
+	}
+	authed := false
+	if len(a.cfg.Token) > 0 {
+		if kind == evHello && a.started.Load() {
+			reason := a.runningReason()
+			if a.report(event{kind: evBad, text: reason}) {
+				a.refuseWith(l, reason, errRunningRemote)
+			}
+			return
+		}
+		if r := challenge(l, a.cfg.Token, first, rank, size, a.cfg.HandshakeTimeout); r != nil {
+			if a.report(event{kind: evBad, text: r.reason}) {
+				a.refuseWith(l, r.reason, r.cause)
+			}
+			return
+		}
+		authed = true
 	}
 	reply := make(chan refusal, 1)
-	if !a.report(event{kind: kind, link: l, rank: rank, size: size, reply: reply}) {
+	if !a.report(event{kind: kind, link: l, rank: rank, size: size, reply: reply, authed: authed}) {
 		return
 	}
 	if r := <-reply; r.reason != "" {
@@ -501,8 +585,8 @@ func (a *admission) missing(cause error) error {
 		}
 	}
 	msg := fmt.Sprintf("%d of %d workers registered within %v; missing ranks %v", a.cfg.Size-1-len(missing), a.cfg.Size-1, a.cfg.ConnectTimeout, missing)
-	if len(a.refusals) > 0 {
-		msg += fmt.Sprintf("; refused %d connection(s), last: %s", len(a.refusals), a.refusals[len(a.refusals)-1])
+	if a.refusals > 0 {
+		msg += fmt.Sprintf("; refused %d connection(s), last: %s", a.refusals, a.lastRefusal)
 	}
 	return &startupError{msg: msg, missing: missing[0], cause: cause}
 }

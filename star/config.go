@@ -84,6 +84,21 @@ type Config struct {
 	// broadcast root). Off by default: it costs a message per rank per
 	// collective. (COBRE_DEBUG=detail.)
 	CheckCollectives bool
+	// Token, if set, is the job's shared secret: every rank must have the
+	// same one (COBRE_TCP_TOKEN, COBRE_TCP_TOKEN_FILE). The coordinator
+	// then registers a worker, and approves a control connection, only
+	// once it has answered a challenge (a fresh nonce) with the
+	// HMAC-SHA256 of the nonce, its rank and size keyed with the token;
+	// the token itself never crosses the wire. A connection that does not
+	// answer rightly within HandshakeTimeout is refused with an Abort and
+	// takes no rank. A worker with a token fails start-up (ErrAuthentication)
+	// when the coordinator refuses its answer, or does not ask for one; a
+	// worker without a token fails when the coordinator asks. So with a
+	// token every rank must run this package: a spec-only peer cannot
+	// answer. Nil or empty: no authentication, as the spec has it. It
+	// authenticates ranks; it does not encrypt (see the package
+	// documentation).
+	Token Token
 	// OnFailure, if set, is called once, with the communicator's first
 	// failure (of start-up, a collective, or Close), synchronously, before
 	// the failing call returns: a program that exits the instant it sees

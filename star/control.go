@@ -256,6 +256,9 @@ func openControl(ctx context.Context, c *Comm) (*control, error) {
 	defer stop()
 	var payload [controlLen]byte
 	err = l.writeAll(EncodeControl(cfg.Rank, cfg.Size), nil)
+	if err == nil && len(cfg.Token) > 0 {
+		err = answer(l, cfg.Token, TagControl, cfg.Rank, cfg.Size)
+	}
 	if err == nil {
 		err = l.readFrame(TagControl, payload[:])
 	}

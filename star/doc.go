@@ -17,7 +17,10 @@
 // # Who sends what to whom
 //
 // Start-up: each worker dials the coordinator and sends Handshake (0x08,
-// rank u32 BE, size u32 BE). The coordinator checks that 1 <= rank < size,
+// rank u32 BE, size u32 BE). With Config.Token set, the coordinator first
+// authenticates the connection (see Authentication below): nothing that
+// follows happens for a connection that has not answered its challenge.
+// The coordinator checks that 1 <= rank < size,
 // that the rank is not registered yet and that size matches its own; it
 // refuses anything else with Abort (0x0B) and the reason, and keeps waiting
 // for the real ranks. It handshakes connections concurrently, drops one
@@ -98,7 +101,7 @@
 // rank is the rank at fault (-1: none), op the operation, cause the class
 // of the failure (timeout, eof, unexpected-eof, reset, pipe, tag, op,
 // shutdown, canceled, deadline, closed, refused, running, unresponsive,
-// desync). When a frame's length
+// desync, auth). When a frame's length
 // disagrees with a rank's arguments, the rank that sent the frame is
 // named (one mismatch cannot tell whose arguments are wrong). Every
 // surviving worker
@@ -110,6 +113,41 @@
 // knows the spec sees an unexpected tag and fails too. A rank whose write
 // fails because its peer is gone first reads what the peer sent last: an
 // Abort waiting there is the error it reports.
+//
+// # Authentication
+//
+// With Config.Token set on every rank (this package's extension; the
+// protocol, with golden bytes, is in docs/authentication.md), the
+// coordinator answers the first frame of every connection, a worker's
+// Handshake or Control frame, with AuthChallenge (0x0D, payload a fresh
+// nonce of 32 bytes from crypto/rand), and the worker answers with
+// AuthResponse (0x0E, payload HMAC-SHA256 keyed with the token over a
+// label, the nonce, then rank and size as u32 BE: the label is
+// "starcomm-auth/1 handshake" on a data connection and
+// "starcomm-auth/1 control" on a control connection, each followed by a
+// zero byte; see AuthMAC). The coordinator compares the answer with its
+// own in constant time, and only then registers the rank (or approves the
+// control session), so the token never crosses the wire and an answer
+// recorded on one connection answers no other. A wrong answer, another
+// frame or an answer of another length is refused with an Abort (cause
+// auth); no answer within HandshakeTimeout of the accept, however slowly
+// bytes trickle in, with cause refused. A refused connection takes no
+// rank; start-up still completes the moment the last real rank registers.
+// A Handshake that comes after start-up is refused as running without a
+// challenge, so a worker of the next job on the same port tries again
+// whatever its token.
+//
+// A worker whose token differs is refused; one without a token reads a
+// challenge where it expects its Ack, and one with a token is
+// acknowledged without a challenge by a coordinator that has none: each
+// fails start-up at once with ErrAuthentication, telling the coordinator
+// why with an Abort (cause auth), which the coordinator's refusal, or its
+// first collective, reports. So when a token is set every rank must run
+// this package: a spec-only peer cannot answer and fails. Without a token
+// the wire is exactly the spec's, as above. Authentication does not
+// encrypt or protect the frames that follow, nor authenticate the
+// coordinator to the workers; a transport that does (TLS) goes below this
+// package, as every transport does.
 //
 // # One I/O path
 //
@@ -188,9 +226,10 @@
 // Unless Config.Liveness is negative, a starcomm worker opens a second
 // connection to the coordinator's port once start-up is complete, beside
 // its data link, which stays exactly the spec's. Its first frame is
-// Control (0x0C, rank u32 BE, size u32 BE); the coordinator checks it as
-// it checks a Handshake (a registered rank, the right size, one session
-// per rank), answers with the same frame and both ends run an smux
+// Control (0x0C, rank u32 BE, size u32 BE); with a token, the coordinator
+// authenticates the connection as a Handshake's (see Authentication),
+// then checks it as it checks a Handshake (a registered rank, the right
+// size, one session per rank), answers with the same frame and both ends run an smux
 // session (github.com/xtaci/smux) over the rest of the connection. The
 // coordinator keeps its listener for these connections until every
 // worker has its session, ConnectTimeout has passed since start-up, or it

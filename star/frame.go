@@ -8,7 +8,8 @@ import (
 	"syscall"
 )
 
-// Frame tags (spec section 4.2, plus the Abort extension).
+// Frame tags (spec section 4.2, plus the Abort extension; the Control and
+// authentication tags are in control.go and auth.go).
 const (
 	TagAllgathervSend byte = 0x01
 	TagAllgathervRecv byte = 0x02
@@ -65,6 +66,10 @@ func TagName(tag byte) string {
 		return "Abort"
 	case TagControl:
 		return "Control"
+	case TagAuthChallenge:
+		return "AuthChallenge"
+	case TagAuthResponse:
+		return "AuthResponse"
 	}
 	return fmt.Sprintf("0x%02X", tag)
 }

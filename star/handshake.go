@@ -126,15 +126,43 @@ func dialOnce(ctx, dctx context.Context, cfg Config) (*link, error) {
 	wait := cfg.ConnectTimeout + replyMargin(cfg.ConnectTimeout)
 	l.until = time.Now().Add(wait)
 	var payload [ackLen]byte
-	if err := l.readFrame(TagAck, payload[:]); err != nil {
+	// With a token, the coordinator's first answer is its challenge.
+	challenged := false
+	if len(cfg.Token) > 0 {
+		if err = answer(l, cfg.Token, TagHandshake, cfg.Rank, cfg.Size); err == nil {
+			challenged = true
+		}
+	}
+	if err == nil {
+		err = l.readFrame(TagAck, payload[:])
+	}
+	if err != nil {
 		var ab *AbortError
+		var te *tagError
 		switch {
 		case errors.As(err, &ab) && errors.Is(ab, errRunningRemote):
 			return fail(&RefusedError{Reason: ab.Reason, Err: ab})
+		case errors.As(err, &ab) && errors.Is(ab, ErrAuthentication):
+			return fail(fmt.Errorf("authentication (token) refused by the coordinator at %s: %w", cfg.Addr, &RefusedError{Reason: ab.Reason, Err: ab}))
+		case errors.As(err, &te) && te.got == TagAuthChallenge:
+			reason := fmt.Sprintf("rank %d has no token: it cannot answer the coordinator's authentication challenge", cfg.Rank)
+			tellCoordinator(l, cfg.Rank, reason, ErrAuthentication, cfg.ShutdownTimeout)
+			return fail(fmt.Errorf("authentication (token) refused: the coordinator at %s asks for authentication (it sent a challenge), but this rank has no token: give every rank the job's token (COBRE_TCP_TOKEN or COBRE_TCP_TOKEN_FILE): %w", cfg.Addr, ErrAuthentication))
+		case errors.As(err, &te) && te.got == TagAck && len(cfg.Token) > 0 && !challenged:
+			// Registered without a challenge: the coordinator has no token.
+			// It learns why this rank leaves from the Abort.
+			reason := fmt.Sprintf("rank %d has a token and the coordinator did not ask for it: rank 0 runs without authentication (give it the same token, or none to any rank)", cfg.Rank)
+			tellCoordinator(l, cfg.Rank, reason, ErrAuthentication, cfg.ShutdownTimeout)
+			return fail(fmt.Errorf("authentication (token) refused by this rank: the coordinator at %s acknowledged it without asking for its token, so rank 0 runs without one (give rank 0 the same token, or none to any rank): %w", cfg.Addr, ErrAuthentication))
 		case errors.As(err, &ab) && ab.Op == OpStartup && !errors.Is(ab, errRefusedRemote):
+			if len(cfg.Token) > 0 && !challenged {
+				return fail(fmt.Errorf("the coordinator gave up start-up, having never asked this rank, which has a token, to authenticate (does rank 0 have the token?): %w", ab))
+			}
 			return fail(fmt.Errorf("the coordinator gave up start-up: %w", ab))
 		case errors.As(err, &ab):
 			return fail(&RefusedError{Reason: ab.Reason})
+		case isTimeout(err) && len(cfg.Token) > 0 && !challenged:
+			return fail(fmt.Errorf("sent the Handshake to the coordinator at %s, but it sent neither an authentication challenge nor an Abort within %v: %w", cfg.Addr, wait, err))
 		case isTimeout(err):
 			return fail(fmt.Errorf("registered with the coordinator at %s, but it sent neither Ack nor Abort within %v (it answers once every rank has joined, or gives up after its connect timeout): %w", cfg.Addr, wait, err))
 		}

@@ -2,6 +2,7 @@ package starcomm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/starcomm/starcomm/internal/errfile"
 	"github.com/starcomm/starcomm/shm"
 	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/transport/mtls"
 	"github.com/starcomm/starcomm/transport/tcp"
 )
 
@@ -31,7 +33,12 @@ func FromEnv(ctx context.Context) (comm.Communicator, error) {
 		recordFailure(path, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
 		return nil, err
 	}
-	return New(ctx, cfg)
+	c, err := New(ctx, cfg)
+	var ice *InvalidConfigurationError
+	if errors.As(err, &ice) { // a TLS file New could not use
+		recordFailure(cfg.ErrorFile, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
+	}
+	return c, err
 }
 
 // recordFailure writes f to the error file at path (none when path is
@@ -121,6 +128,10 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	if sc.Spin == 0 || !tcp.CanPoll {
 		sc.Spin = -1 // COBRE_TCP_SPIN_US=0, or sockets that cannot be polled here
 	}
+	tlsCfg, err := tlsConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	switch {
 	case cfg.Size == 1:
 	case cfg.Rank == 0:
@@ -132,9 +143,20 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 			cfg.Listening(ln.Port())
 		}
 		sc.Listener = ln
+		if tlsCfg != nil {
+			if sc.Listener, err = mtls.NewListener(ln, *tlsCfg); err != nil {
+				_ = ln.Close()
+				return nil, &comm.InitializationFailedError{Backend: BackendTCP, Err: err}
+			}
+		}
 	default:
 		sc.Dialer = tcp.NewDialer(tc)
 		sc.Addr = net.JoinHostPort(cfg.Coordinator, strconv.Itoa(cfg.Port))
+		if tlsCfg != nil {
+			if sc.Dialer, err = mtls.NewDialer(sc.Dialer, *tlsCfg); err != nil {
+				return nil, &comm.InitializationFailedError{Backend: BackendTCP, Err: err}
+			}
+		}
 	}
 	c, err := star.New(ctx, sc)
 	if err != nil {

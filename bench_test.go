@@ -24,6 +24,13 @@ var benchNets = []struct {
 }{
 	{"pipe", func() testkit.Network { return testkit.NewPipeNetwork() }},
 	{"tcp", func() testkit.Network { return testkit.NewTCPNetwork() }},
+	{"tls", func() testkit.Network {
+		nw, err := testkit.NewTLSNetwork()
+		if err != nil {
+			panic(err)
+		}
+		return nw
+	}},
 }
 
 func sizeName(n int) string {

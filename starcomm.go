@@ -2,7 +2,6 @@ package starcomm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -33,12 +32,7 @@ func FromEnv(ctx context.Context) (comm.Communicator, error) {
 		recordFailure(path, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
 		return nil, err
 	}
-	c, err := New(ctx, cfg)
-	var ice *InvalidConfigurationError
-	if errors.As(err, &ice) { // a TLS file New could not use
-		recordFailure(cfg.ErrorFile, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
-	}
-	return c, err
+	return New(ctx, cfg)
 }
 
 // recordFailure writes f to the error file at path (none when path is
@@ -129,7 +123,8 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 		sc.Spin = -1 // COBRE_TCP_SPIN_US=0, or sockets that cannot be polled here
 	}
 	tlsCfg, err := tlsConfig(cfg)
-	if err != nil {
+	if err != nil { // a TLS file that cannot be used
+		recordFailure(cfg.ErrorFile, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
 		return nil, err
 	}
 	switch {

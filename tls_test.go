@@ -185,6 +185,15 @@ func TestTLSBadFiles(t *testing.T) {
 			}
 		})
 	}
+	t.Run("error-file", func(t *testing.T) {
+		c := tlsConfig(f, 0, 2, 0)
+		c.TLSKey, c.ErrorFile = missing, filepath.Join(t.TempDir(), "rank-0.json")
+		_, err := starcomm.New(context.Background(), c)
+		require.Error(t, err)
+		rec, rerr := os.ReadFile(c.ErrorFile)
+		require.NoError(t, rerr, "New records the failure for the launcher")
+		assert.Contains(t, string(rec), "COBRE_TCP_TLS_KEY")
+	})
 	t.Run("FromEnv", func(t *testing.T) {
 		t.Setenv("COBRE_COMM_BACKEND", "tcp")
 		t.Setenv("COBRE_TCP_SIZE", "2")

@@ -405,3 +405,67 @@ func TestTLSNextJobOnSamePort(t *testing.T) {
 	require.NoError(t, errors.Join(testkit.RunRanks(second, func(c comm.Communicator) error { return c.Barrier(context.Background()) })...))
 	require.NoError(t, testkit.CloseAll(second))
 }
+
+// chanHandler is a slog.Handler that sends every record's message and
+// attributes, as one line, on lines (dropping them when it is full).
+type chanHandler struct{ lines chan string }
+
+func (h chanHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h chanHandler) Handle(_ context.Context, r slog.Record) error {
+	text := r.Message
+	r.Attrs(func(a slog.Attr) bool { text += " " + a.Key + "=" + a.Value.String(); return true })
+	select {
+	case h.lines <- text:
+	default:
+	}
+	return nil
+}
+func (h chanHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h chanHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestTLSControlSession: over TLS, every worker's control session (a
+// second TLS connection, Control frame 0x0C, then smux) comes up on both
+// ends, and none falls back to running without one.
+func TestTLSControlSession(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	f := tlsFiles(t, 3)
+	cfgs := []starcomm.Config{tlsConfig(f, 0, 3, 0), tlsConfig(f, 1, 3, 0), tlsConfig(f, 2, 3, 0)}
+	logs := make([]chan string, 3)
+	for r := range cfgs {
+		logs[r] = make(chan string, 100)
+		cfgs[r].Logger = slog.New(chanHandler{logs[r]})
+	}
+	comms, errs := job(t, cfgs, nil)
+	require.NoError(t, errors.Join(errs...))
+	defer func() { require.NoError(t, testkit.CloseAll(comms)) }()
+	timeout := time.After(30 * time.Second)
+	await := func(r int, want string) {
+		t.Helper()
+		for {
+			select {
+			case l := <-logs[r]:
+				require.NotContains(t, l, "no control session", "rank %d", r)
+				if strings.Contains(l, want) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("rank %d never logged %q", r, want)
+			}
+		}
+	}
+	await(1, "control session up rank=0")
+	await(2, "control session up rank=0")
+	up := map[string]bool{}
+	for len(up) < 2 {
+		select {
+		case l := <-logs[0]:
+			if strings.HasPrefix(l, "control session up") {
+				up[l] = true
+			}
+		case <-timeout:
+			t.Fatalf("the coordinator's control sessions up: %v; want ranks 1 and 2", up)
+		}
+	}
+	assert.Equal(t, map[string]bool{"control session up rank=1 self=0": true, "control session up rank=2 self=0": true}, up)
+	require.NoError(t, errors.Join(testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) })...))
+}

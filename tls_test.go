@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -468,4 +469,31 @@ func TestTLSControlSession(t *testing.T) {
 	}
 	assert.Equal(t, map[string]bool{"control session up rank=1 self=0": true, "control session up rank=2 self=0": true}, up)
 	require.NoError(t, errors.Join(testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) })...))
+}
+
+// TestTLSLivenessStop: over TLS, with separate OS processes and a
+// collective timeout of an hour, a rank frozen with SIGSTOP in the middle
+// of allgathervs is named unresponsive by every other rank within the
+// liveness timeout + 1 s: the control sessions' heartbeats run over TLS.
+func TestTLSLivenessStop(t *testing.T) {
+	skipUnlessChaos(t)
+	if runtime.GOOS != "linux" || strings.HasPrefix(runtime.GOARCH, "mips") {
+		t.Skipf("SIGSTOP is signal %d only on Linux (not MIPS); this is %s/%s", int(sigStop), runtime.GOOS, runtime.GOARCH)
+	}
+	const size, victim = 4, 2
+	f := tlsFiles(t, 1) // one certificate, valid for both roles, for every rank
+	ctx := chaosWatchdog(t)
+	env := append(append(append([]string{}, liveEnv...), envChaosReady+"=20"), f.Env(0)...)
+	procs := startChaos(t, ctx, repeat(comm.OpAllgatherv, size), env...)
+	for _, p := range procs {
+		p.await(t, ctx, "READY ")
+	}
+	stopped := procs[victim].signal(t, sigStop)
+	checkUnresponsive(t, ctx, procs, victim, stopped)
+	procs[victim].signal(t, os.Kill)
+	for _, p := range procs {
+		if p.rank != victim {
+			assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+		}
+	}
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/starcomm/starcomm/transport"
@@ -60,7 +63,35 @@ func newDialer(inner transport.Dialer, cfg Config) *Dialer {
 // else a *Conn. In TLS 1.3 the server checks this end's certificate after
 // this end's handshake is over: a refusal comes from the first Read, as a
 // *PeerRefusedError.
+//
+// A server that closes the connection during the handshake without a
+// word (no TLS alert, no plaintext answer) is most often a coordinator
+// ending, still listening on the port the next one will use: Dial then
+// tries again, with backoff, until ctx ends, and its final error says how
+// many times that happened.
 func (d *Dialer) Dial(ctx context.Context, addr string) (transport.Conn, error) {
+	backoff := 10 * time.Millisecond
+	for cut := 0; ; cut++ {
+		c, err := d.dialOnce(ctx, addr)
+		if err == nil || !cutShort(err) {
+			if err != nil && cut > 0 {
+				err = fmt.Errorf("%w (before, the server closed %d connection(s) during the TLS handshake)", err, cut)
+			}
+			return c, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (the server closed %d connection(s) during the TLS handshake until %w)", err, cut+1, ctx.Err())
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// dialOnce is one attempt of Dial.
+func (d *Dialer) dialOnce(ctx context.Context, addr string) (transport.Conn, error) {
 	inner, err := d.inner.Dial(ctx, addr)
 	if err != nil {
 		return nil, err
@@ -83,6 +114,18 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (transport.Conn, error) 
 		return nil, c.hsErr
 	}
 	return c.wrap(), nil
+}
+
+// cutShort reports whether a handshake failed because the server closed
+// the connection without an alert: end of stream or a reset, not a
+// timeout.
+func cutShort(err error) bool {
+	var he *HandshakeError
+	if !errors.As(err, &he) || he.TimedOut || isAlert(he.Err) {
+		return false
+	}
+	return errors.Is(he.Err, io.EOF) || errors.Is(he.Err, io.ErrUnexpectedEOF) ||
+		errors.Is(he.Err, syscall.ECONNRESET) || errors.Is(he.Err, syscall.EPIPE)
 }
 
 // hostOf is the host of host:port (addr itself if it has no port).

@@ -35,7 +35,10 @@
 // refuses learns it from its first Read. A client that does not speak TLS
 // is sent Config.PlaintextReply in the clear (starcomm sends an Abort
 // frame saying that the coordinator requires TLS), so that it fails with
-// that reason instead of waiting.
+// that reason instead of waiting. A server that closes the connection
+// during the handshake without an alert (a coordinator ending while the
+// next job's workers already dial its port) is dialed again, with
+// backoff, until the Dial's context ends.
 //
 // # Abilities
 //

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,11 +106,44 @@ func conformanceChild() int {
 		} else {
 			fmt.Printf("ok %s\n", tc.Name)
 		}
+		if err := closedBarrier(os.Getenv(envDir), tc.Name, rank, size); err != nil {
+			fmt.Printf("FAIL %s: %v\n", tc.Name, err)
+			return 1
+		}
 	}
 	if failed > 0 {
 		return 1
 	}
 	return 0
+}
+
+// closedBarrier returns once every rank has closed its communicator of
+// the case name: each rank leaves a file in dir and waits for the others'.
+// Without it a rank could dial the port for the next case while the
+// previous case's coordinator is still inside Close (a case that breaks
+// its communicator ends with no barrier), and a worker whose connection
+// that coordinator closes before answering fails its start-up instead of
+// trying again.
+func closedBarrier(dir, name, rank string, size int) error {
+	if err := os.WriteFile(filepath.Join(dir, "closed-"+name+"-"+rank), nil, 0o644); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		n := 0
+		for r := range size {
+			if _, err := os.Stat(filepath.Join(dir, "closed-"+name+"-"+strconv.Itoa(r))); err == nil {
+				n++
+			}
+		}
+		if n == size {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d ranks closed their communicator of %s within 2 minutes", n, size, name)
+		}
+		time.Sleep(2 * time.Millisecond) // polling other processes' files
+	}
 }
 
 // TestConformanceMultiProcess runs the conformance suite with every rank a

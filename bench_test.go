@@ -13,17 +13,24 @@ import (
 	"github.com/starcomm/starcomm/transport"
 )
 
-// Benchmarks run every rank as goroutines of this process over pipes or
-// TCP loopback; an op's time is from the first rank's start to the last
+// Benchmarks run every rank as goroutines of this process over pipes, TCP
+// loopback, or TLS (transport/mtls) over TCP loopback; an op's time is from the first rank's start to the last
 // rank's end. SetBytes is the data every rank ends up with (allgatherv:
 // ranks x bytes per rank; allreduce and broadcast: the buffer).
 
 var benchNets = []struct {
 	name string
-	mk   func() testkit.Network
+	mk   func(testing.TB) testkit.Network
 }{
-	{"pipe", func() testkit.Network { return testkit.NewPipeNetwork() }},
-	{"tcp", func() testkit.Network { return testkit.NewTCPNetwork() }},
+	{"pipe", func(testing.TB) testkit.Network { return testkit.NewPipeNetwork() }},
+	{"tcp", func(testing.TB) testkit.Network { return testkit.NewTCPNetwork() }},
+	{"tls", func(tb testing.TB) testkit.Network {
+		nw, err := testkit.NewTLSNetwork()
+		if err != nil {
+			tb.Fatalf("TLS network: %v", err)
+		}
+		return nw
+	}},
 }
 
 func sizeName(n int) string {
@@ -75,7 +82,7 @@ func BenchmarkAllgatherv(b *testing.B) {
 		for _, ranks := range []int{2, 4} {
 			for _, per := range []int{200_000, 2 << 20, 16 << 20} {
 				b.Run(fmt.Sprintf("transport=%s/ranks=%d/bytes=%s", nw.name, ranks, sizeName(per)), func(b *testing.B) {
-					comms := startBench(b, nw.mk(), ranks)
+					comms := startBench(b, nw.mk(b), ranks)
 					n := per / 8
 					counts, displs := make([]int, ranks), make([]int, ranks)
 					for r := range counts {
@@ -102,7 +109,7 @@ func BenchmarkAllreduce(b *testing.B) {
 		for _, ranks := range []int{2, 4} {
 			for _, size := range []int{32, 64 << 10} {
 				b.Run(fmt.Sprintf("transport=%s/ranks=%d/bytes=%s", nw.name, ranks, sizeName(size)), func(b *testing.B) {
-					comms := startBench(b, nw.mk(), ranks)
+					comms := startBench(b, nw.mk(b), ranks)
 					sends, recvs := make([][]float64, ranks), make([][]float64, ranks)
 					for r := range ranks {
 						sends[r], recvs[r] = make([]float64, size/8), make([]float64, size/8)
@@ -124,7 +131,7 @@ func BenchmarkBroadcast(b *testing.B) {
 		for _, ranks := range []int{2, 4} {
 			const size = 10240
 			b.Run(fmt.Sprintf("transport=%s/ranks=%d/bytes=%s", nw.name, ranks, sizeName(size)), func(b *testing.B) {
-				comms := startBench(b, nw.mk(), ranks)
+				comms := startBench(b, nw.mk(b), ranks)
 				bufs := make([][]uint8, ranks)
 				for r := range bufs {
 					bufs[r] = make([]uint8, size)
@@ -144,7 +151,7 @@ func BenchmarkBarrier(b *testing.B) {
 	for _, nw := range benchNets {
 		for _, ranks := range []int{2, 4} {
 			b.Run(fmt.Sprintf("transport=%s/ranks=%d", nw.name, ranks), func(b *testing.B) {
-				comms := startBench(b, nw.mk(), ranks)
+				comms := startBench(b, nw.mk(b), ranks)
 				b.ReportAllocs()
 				ctx := context.Background()
 				runAll(b, comms, func(c comm.Communicator) error { return c.Barrier(ctx) })
@@ -162,7 +169,7 @@ func BenchmarkRawRelay(b *testing.B) {
 		for _, ranks := range []int{2, 4} {
 			for _, per := range []int{200_000, 2 << 20, 16 << 20} {
 				b.Run(fmt.Sprintf("transport=%s/ranks=%d/bytes=%s", nw.name, ranks, sizeName(per)), func(b *testing.B) {
-					conns := rawStar(b, nw.mk(), ranks)
+					conns := rawStar(b, nw.mk(b), ranks)
 					b.SetBytes(int64(ranks * per))
 					b.ReportAllocs()
 					total := ranks * per

@@ -49,6 +49,14 @@ const (
 	// EnvDebug turns on the checks that cost time: "detail" compares every
 	// rank's arguments to every collective (star.Config.CheckCollectives).
 	EnvDebug = "COBRE_DEBUG"
+	// EnvTLSCert, EnvTLSKey and EnvTLSCA turn on TLS with mutual
+	// authentication for the tcp backend: PEM files of this rank's
+	// certificate (chain), its private key, and the CA that signs every
+	// rank's certificate; all three or none (Config.TLSCert, TLSKey,
+	// TLSCA). See transport/mtls.
+	EnvTLSCert = "COBRE_TCP_TLS_CERT"
+	EnvTLSKey  = "COBRE_TCP_TLS_KEY"
+	EnvTLSCA   = "COBRE_TCP_TLS_CA"
 	// EnvErrorFile names the file where this rank records its first
 	// failure for its launcher (Config.ErrorFile).
 	EnvErrorFile = errfile.Env
@@ -149,6 +157,14 @@ type Config struct {
 	// starts (and by ConfigFromEnv, which reports a file that cannot be
 	// read or is empty). Token and TokenFile are not set together.
 	TokenFile string
+	// TLSCert, TLSKey and TLSCA are the PEM files of this rank's
+	// certificate (chain), its private key and the CA that signs every
+	// rank's certificate (COBRE_TCP_TLS_CERT, COBRE_TCP_TLS_KEY,
+	// COBRE_TCP_TLS_CA). All three set: every connection of the tcp
+	// backend is TLS 1.3 with mutual authentication (transport/mtls);
+	// none: plain TCP. Rank 0's certificate must be valid for the name
+	// workers dial (Coordinator). See the README's "TLS".
+	TLSCert, TLSKey, TLSCA string
 	// Listening, if set, is called on rank 0 with the port it listens on
 	// (useful with Port 0) before it waits for workers.
 	Listening func(port int)
@@ -419,7 +435,8 @@ type rankProblem struct {
 }
 
 // rankRules checks the rules that tie Rank, Size and Backend together
-// (and, for tcp, Token and TokenFile), for backend b; name writes a
+// (and, for tcp, Token and TokenFile), and the TLS files' all-or-none
+// rule, for backend b; name writes a
 // variable's name as the error shows it.
 func (c Config) rankRules(b string, name func(string) string) []rankProblem {
 	var ps []rankProblem
@@ -439,6 +456,9 @@ func (c Config) rankRules(b string, name func(string) string) []rankProblem {
 		if c.Rank != 0 {
 			ps = append(ps, rankProblem{EnvRank, "the local backend is single-rank: must be 0", []string{EnvRank}})
 		}
+	}
+	if b == BackendTCP {
+		ps = append(ps, c.tlsRules(name)...)
 	}
 	return ps
 }

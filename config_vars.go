@@ -47,6 +47,12 @@ var variables = []variable{
 		meaning: "starcomm's addition: microseconds a rank polls its TCP links for a small frame (payload <= 256 KiB) before it parks, 0..1000000; 0 turns polling off. See \"Performance\""},
 	{name: EnvLivenessSecs, field: "Liveness", reads: tcpOnly, check: rule(func(c Config) bool { return c.Liveness >= 0 }, "must be zero (off) or positive"), codec: secondsOrOff(func(c *Config) *time.Duration { return &c.Liveness }),
 		meaning: "starcomm's addition: the liveness timeout, in seconds (decimals allowed; 0 turns the control session off). Each worker keeps a control session (over smux) beside its data link, with heartbeats every tenth of this; a rank silent this long (a frozen process, a dead host, a cut link) is declared dead and every rank's current or next collective fails naming it, however long `COBRE_TCP_TIMEOUT_SECS` is. See \"Liveness and debugging\""},
+	{name: EnvTLSCert, field: "TLSCert", reads: tcpOnly, codec: text(func(c *Config) *string { return &c.TLSCert }),
+		meaning: "starcomm's addition: PEM file of this rank's certificate (chain). With `COBRE_TCP_TLS_KEY` and `COBRE_TCP_TLS_CA` (all three or none) every connection is TLS 1.3 with mutual authentication; rank 0's certificate must be valid for the name in `COBRE_TCP_COORDINATOR`. See \"TLS\""},
+	{name: EnvTLSKey, field: "TLSKey", reads: tcpOnly, codec: text(func(c *Config) *string { return &c.TLSKey }),
+		meaning: "starcomm's addition: PEM file of this rank's private key (unencrypted; keep it readable by the rank only)"},
+	{name: EnvTLSCA, field: "TLSCA", reads: tcpOnly, codec: text(func(c *Config) *string { return &c.TLSCA }),
+		meaning: "starcomm's addition: PEM file of the CA certificate(s) that sign every rank's certificate: rank 0 accepts only workers with a certificate the CA signed, and workers only such a rank 0"},
 	{name: EnvLog, field: "Log", check: oneOf(func(c Config) string { return c.Log }, LogOff, "error", "warn", "info", "debug"), codec: choice([]string{LogOff, "error", "warn", "info", "debug"}, func(c *Config) *string { return &c.Log }),
 		meaning: "starcomm's addition: the level of the library's log on standard error: `off`, `error`, `warn` (stall reports: what a waiting collective waits for), `info` or `debug` (control sessions)"},
 	{name: EnvDebug, field: "Debug", reads: tcpOnly, check: debugNeedsControl, codec: choice([]string{DebugOff, DebugDetail}, func(c *Config) *string { return &c.Debug }),
@@ -356,6 +362,37 @@ func choice(values []string, f func(*Config) *string) codec {
 		},
 		show: func(c Config) string { return *f(&c) },
 	}
+}
+
+// tlsRules: the TLS files are all set or none (a partial set would run
+// without TLS by mistake, or fail later for a reason less plain).
+func (c Config) tlsRules(name func(string) string) []rankProblem {
+	files := []struct{ env, path string }{{EnvTLSCert, c.TLSCert}, {EnvTLSKey, c.TLSKey}, {EnvTLSCA, c.TLSCA}}
+	var set, unset []string
+	for _, f := range files {
+		if strings.TrimSpace(f.path) != "" {
+			set = append(set, f.env)
+		} else {
+			unset = append(unset, f.env)
+		}
+	}
+	if len(set) == 0 || len(unset) == 0 {
+		return nil
+	}
+	shown := make([]string, len(set))
+	for i, n := range set {
+		shown[i] = name(n)
+	}
+	verb := "are"
+	if len(shown) == 1 {
+		verb = "is"
+	}
+	var ps []rankProblem
+	for _, n := range unset {
+		ps = append(ps, rankProblem{n, fmt.Sprintf("missing: TLS needs %s, %s and %s (this rank's certificate, its key, and the CA that signs every rank's certificate), or none of them; only %s %s set",
+			name(EnvTLSCert), name(EnvTLSKey), name(EnvTLSCA), strings.Join(shown, " and "), verb), set})
+	}
+	return ps
 }
 
 // Validate's checks of single fields.

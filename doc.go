@@ -5,6 +5,9 @@
 // connections in which rank 0 coordinates.
 //
 // The API lives in package comm; the protocol in package star; the
-// transports in transport/tcp, transport/pipe and transport/faulty; the
-// heap-fallback shared-memory provider in package shm.
+// transports in transport/tcp, transport/pipe and transport/faulty, and
+// TLS with mutual authentication over any of them in transport/mtls (the
+// tcp backend uses it when COBRE_TCP_TLS_CERT, COBRE_TCP_TLS_KEY and
+// COBRE_TCP_TLS_CA are set); the heap-fallback shared-memory provider in
+// package shm.
 package starcomm

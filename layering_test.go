@@ -22,6 +22,7 @@ func TestLayering(t *testing.T) {
 		"transport/pipe":   {mod + "star", mod + "comm", mod + "testkit", mod + "shm", "testing"},
 		"transport/tcp":    {mod + "star", mod + "comm", mod + "testkit", mod + "shm", "testing"},
 		"transport/faulty": {mod + "star", mod + "comm", mod + "testkit", mod + "shm", "testing"},
+		"transport/mtls":   {mod + "star", mod + "comm", mod + "testkit", mod + "shm", "testing"},
 		"star":             {mod + "transport/", mod + "testkit", mod + "shm", "net", "os", "testing"},
 		"shm":              {mod + "star", mod + "transport", mod + "testkit", "testing"},
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/starcomm/starcomm/internal/errfile"
 	"github.com/starcomm/starcomm/shm"
 	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/transport/mtls"
 	"github.com/starcomm/starcomm/transport/tcp"
 )
 
@@ -126,6 +127,11 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	if sc.Spin == 0 || !tcp.CanPoll {
 		sc.Spin = -1 // COBRE_TCP_SPIN_US=0, or sockets that cannot be polled here
 	}
+	tlsCfg, err := tlsConfig(cfg)
+	if err != nil { // a TLS file that cannot be used
+		recordFailure(cfg.ErrorFile, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
+		return nil, err
+	}
 	switch {
 	case cfg.Size == 1:
 	case cfg.Rank == 0:
@@ -137,9 +143,20 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 			cfg.Listening(ln.Port())
 		}
 		sc.Listener = ln
+		if tlsCfg != nil {
+			if sc.Listener, err = mtls.NewListener(ln, *tlsCfg); err != nil {
+				_ = ln.Close()
+				return nil, &comm.InitializationFailedError{Backend: BackendTCP, Err: err}
+			}
+		}
 	default:
 		sc.Dialer = tcp.NewDialer(tc)
 		sc.Addr = net.JoinHostPort(cfg.Coordinator, strconv.Itoa(cfg.Port))
+		if tlsCfg != nil {
+			if sc.Dialer, err = mtls.NewDialer(sc.Dialer, *tlsCfg); err != nil {
+				return nil, &comm.InitializationFailedError{Backend: BackendTCP, Err: err}
+			}
+		}
 	}
 	c, err := star.New(ctx, sc)
 	if err != nil {

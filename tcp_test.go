@@ -112,42 +112,57 @@ func TestConformanceMultiProcess(t *testing.T) {
 	require.NoError(t, err)
 	for _, size := range []int{2, 4} {
 		t.Run(fmt.Sprintf("ranks=%d", size), func(t *testing.T) {
-			want := 0
-			for _, tc := range testkit.Cases() {
-				if tc.Sizes == nil || tc.Sizes(size) {
-					want++
-				}
-			}
-			port, dir := freePort(t), t.TempDir()
+			port := freePort(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			outs := make([]bytes.Buffer, size)
-			errs := make([]error, size)
-			var wg sync.WaitGroup
-			for r := range size {
+			conformanceProcs(t, size, func(r int) *exec.Cmd {
 				cmd := exec.CommandContext(ctx, exe)
 				cmd.Env = append(os.Environ(),
-					envChild+"=1", envDir+"="+dir,
 					"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_BIND_ADDR=127.0.0.1",
-					"COBRE_TCP_PORT="+strconv.Itoa(port), "COBRE_TCP_RANK="+strconv.Itoa(r), "COBRE_TCP_SIZE="+strconv.Itoa(size),
-					"COBRE_TCP_TIMEOUT_SECS=30", "GORACE=atexit_sleep_ms=0")
-				cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-				require.NoError(t, cmd.Start())
-				wg.Go(func() { errs[r] = cmd.Wait() })
-			}
-			wg.Wait()
-			for r := range size {
-				passed := 0
-				sc := bufio.NewScanner(bytes.NewReader(outs[r].Bytes()))
-				for sc.Scan() {
-					if strings.HasPrefix(sc.Text(), "ok ") {
-						passed++
-					}
-				}
-				if errs[r] != nil || passed != want {
-					t.Errorf("rank %d (pid exited: %v) passed %d of %d cases:\n%s", r, errs[r], passed, want, outs[r].String())
-				}
-			}
+					"COBRE_TCP_PORT="+strconv.Itoa(port))
+				return cmd
+			})
 		})
+	}
+}
+
+// conformanceProcs runs the conformance suite at size ranks, rank r a
+// separate OS process started from command(r) (this test binary, with the
+// environment of a TCP job but rank and size, which are added), and checks
+// that every rank passed every case.
+func conformanceProcs(t *testing.T, size int, command func(r int) *exec.Cmd) {
+	t.Helper()
+	want := 0
+	for _, tc := range testkit.Cases() {
+		if tc.Sizes == nil || tc.Sizes(size) {
+			want++
+		}
+	}
+	dir := t.TempDir()
+	outs := make([]bytes.Buffer, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		cmd := command(r)
+		cmd.Env = append(cmd.Env,
+			envChild+"=1", envDir+"="+dir,
+			"COBRE_TCP_RANK="+strconv.Itoa(r), "COBRE_TCP_SIZE="+strconv.Itoa(size),
+			"COBRE_TCP_TIMEOUT_SECS=30", "GORACE=atexit_sleep_ms=0")
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		require.NoError(t, cmd.Start())
+		wg.Go(func() { errs[r] = cmd.Wait() })
+	}
+	wg.Wait()
+	for r := range size {
+		passed := 0
+		sc := bufio.NewScanner(bytes.NewReader(outs[r].Bytes()))
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "ok ") {
+				passed++
+			}
+		}
+		if errs[r] != nil || passed != want {
+			t.Errorf("rank %d (pid exited: %v) passed %d of %d cases:\n%s", r, errs[r], passed, want, outs[r].String())
+		}
 	}
 }

@@ -124,8 +124,11 @@ func (e *UnreachableError) Error() string {
 			host = e.Addr
 		}
 		within := e.Elapsed.Round(time.Millisecond)
-		if e.TimedOut && e.ConnectTimeout > 0 {
+		switch {
+		case e.TimedOut && e.ConnectTimeout > 0:
 			within = e.ConnectTimeout
+		case within >= time.Second:
+			within = e.Elapsed.Round(100 * time.Millisecond) // "30s", not "30.001s"
 		}
 		msg = fmt.Sprintf("tcp: dial %s: name %s did not resolve within %v (%d %s; %s)",
 			e.Addr, host, within, e.Attempts, plural(e.Attempts, "attempt"), why)

@@ -82,8 +82,10 @@ func hostEnv(coordinator string, env ...string) []string {
 //     every host's hosts file maps to its address; the coordinator binds
 //     every interface (COBRE_TCP_BIND_ADDR unset: 0.0.0.0), as in the
 //     README's example;
-//   - ipv6: node0 has an AAAA record only, and the coordinator binds its
-//     IPv6 address only, so every connection is IPv6.
+//   - ipv6: the coordinator binds its IPv6 address only, so every
+//     connection is IPv6; rank 1 dials that address (COBRE_TCP_COORDINATOR
+//     an IPv6 literal), ranks 2 and 3 the name node0, which has an AAAA
+//     record only.
 func TestMultihostConformance(t *testing.T) {
 	skipUnlessNetns(t, false)
 	const size = 4
@@ -106,8 +108,12 @@ func TestMultihostConformance(t *testing.T) {
 				n = newHosts(t, size, netns.Options{Names: hostNames(size)})
 			}
 			conformanceProcs(t, size, func(r int) *exec.Cmd {
+				coordinator := "node0"
+				if tc.ipv6 && r == 1 {
+					coordinator = n.Addr6(0)
+				}
 				cmd := n.CommandContext(ctx, r, exe)
-				cmd.Env = hostEnv("node0", bind...)
+				cmd.Env = hostEnv(coordinator, bind...)
 				return cmd
 			})
 		})

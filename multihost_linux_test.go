@@ -3,12 +3,17 @@
 package starcomm_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +31,8 @@ import (
 // names resolve through each host's hosts file, as a cluster's DNS would
 // resolve them. These tests need root, iproute2 and, for iptables, the
 // iptables package; they skip with the reason where any is missing.
-// bench/multihost.sh runs them (and says what is missing).
+// scripts/multihost.sh runs them (and says what is missing);
+// scripts/netns-job.sh runs any job on such hosts from the shell.
 
 // multihostPort is rank 0's port in the namespace tests: every Net is a
 // closed world, so a fixed port cannot collide with anything.
@@ -374,4 +380,171 @@ func watchRead(t *testing.T, path string) <-chan error {
 		ch <- err
 	}()
 	return ch
+}
+
+// starbenchOnce builds cmd/starbench once per test binary.
+var starbenchOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+// starbenchPath builds cmd/starbench (without -race: the script's ranks
+// are the job, not the code under test) and returns its path; it skips
+// where there is no go command.
+func starbenchPath(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build starbench with")
+	}
+	starbenchOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "starcomm-starbench-")
+		if err != nil {
+			starbenchOnce.err = err
+			return
+		}
+		starbenchOnce.path = filepath.Join(dir, "starbench")
+		if out, err := exec.Command(goTool, "build", "-o", starbenchOnce.path, "./cmd/starbench").CombinedOutput(); err != nil {
+			starbenchOnce.err = fmt.Errorf("go build ./cmd/starbench: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, starbenchOnce.err)
+	return starbenchOnce.path
+}
+
+// netnsJob runs scripts/netns-job.sh with args and returns its stdout,
+// stderr and exit code; it checks that the run left nothing behind: no
+// namespace and no directory under /etc/netns named after the script's
+// process.
+func netnsJob(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join("scripts", "netns-job.sh")}, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		require.NoError(t, err, "netns-job.sh %v\n%s", args, e.String())
+	}
+	assertNoJobLeft(t, cmd.Process.Pid)
+	return o.String(), e.String(), cmd.ProcessState.ExitCode()
+}
+
+// assertNoJobLeft checks that no namespace or /etc/netns directory of the
+// netns-job.sh run of process pid remains.
+func assertNoJobLeft(t *testing.T, pid int) {
+	t.Helper()
+	prefix := netns.Prefix + strconv.Itoa(pid) + "."
+	out, err := exec.Command("ip", "netns", "list").Output()
+	require.NoError(t, err, "ip netns list")
+	for line := range strings.Lines(string(out)) {
+		assert.False(t, strings.HasPrefix(line, prefix), "namespace left behind: %s", line)
+	}
+	ents, err := os.ReadDir(netns.EtcDir)
+	if err == nil {
+		for _, e := range ents {
+			assert.False(t, strings.HasPrefix(e.Name(), prefix), "%s/%s left behind", netns.EtcDir, e.Name())
+		}
+	}
+}
+
+// TestMultihostScript runs scripts/netns-job.sh, which builds the same
+// hosts from the shell (namespaces, veth pairs, a bridge, hosts files) and
+// runs a command on each as one rank of a TCP job:
+//   - starbench: 4 ranks of cmd/starbench on 4 hosts over IPv4, and 3 over
+//     IPv6 (names with AAAA records only, rank 0 bound to its IPv6
+//     address), finish their workloads and rank 0 reports ranks=4 (3);
+//   - hosts: every rank runs on its own host: a distinct address on eth0,
+//     node0 resolving to rank 0's;
+//   - failed: a rank that exits 3 makes the script exit 1 naming it;
+//   - killed: SIGTERM to the script while the ranks run kills them and
+//     deletes the hosts;
+//
+// each run leaving no namespace or file behind.
+func TestMultihostScript(t *testing.T) {
+	skipUnlessNetns(t, false)
+	bin := starbenchPath(t)
+	t.Run("starbench", func(t *testing.T) {
+		for _, tc := range []struct {
+			args  []string
+			ranks int
+		}{{[]string{"-n", "4"}, 4}, {[]string{"-n", "3", "-6"}, 3}} {
+			ctx := chaosWatchdog(t)
+			args := append(tc.args, "-q", "--", bin, "--workloads", "allreduce-32B,barrier", "--repeats-scale", "0.1")
+			stdout, stderr, code := netnsJob(t, ctx, args...)
+			require.Equal(t, 0, code, "netns-job.sh %v\nstdout:\n%s\nstderr:\n%s", tc.args, stdout, stderr)
+			assert.Contains(t, stdout, "ranks="+strconv.Itoa(tc.ranks), tc.args)
+			assert.Regexp(t, `(?m)^allreduce-32B +`+strconv.Itoa(tc.ranks)+` `, stdout, tc.args)
+			assert.Regexp(t, `(?m)^barrier +`+strconv.Itoa(tc.ranks)+` `, stdout, tc.args)
+			assert.Contains(t, stderr, "every rank exited 0", tc.args)
+		}
+	})
+	t.Run("hosts", func(t *testing.T) {
+		ctx := chaosWatchdog(t)
+		stdout, stderr, code := netnsJob(t, ctx, "-n", "3", "--", "sh", "-c",
+			`echo "rank=$COBRE_TCP_RANK size=$COBRE_TCP_SIZE coordinator=$COBRE_TCP_COORDINATOR addr=$(ip -o -4 addr show dev eth0 | awk '{print $4}') node0=$(getent hosts node0 | awk '{print $1}')"`)
+		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+		for r := range 3 {
+			assert.Contains(t, stdout, fmt.Sprintf("[rank %d] rank=%d size=3 coordinator=node0 addr=10.233.0.%d/24 node0=10.233.0.1\n", r, r, r+1))
+		}
+	})
+	t.Run("failed", func(t *testing.T) {
+		ctx := chaosWatchdog(t)
+		stdout, stderr, code := netnsJob(t, ctx, "-n", "3", "--", "sh", "-c", `[ "$COBRE_TCP_RANK" != 2 ] || exit 3; echo fine`)
+		assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+		assert.Contains(t, stderr, "netns-job: rank 2 exited with code 3")
+		assert.NotContains(t, stderr, "rank 0 exited")
+		assert.Contains(t, stdout, "[rank 0] fine\n[rank 1] fine\n")
+	})
+	t.Run("killed", func(t *testing.T) {
+		ctx := chaosWatchdog(t)
+		fifo := filepath.Join(t.TempDir(), "started")
+		require.NoError(t, unix.Mkfifo(fifo, 0o600))
+		f, err := os.OpenFile(fifo, os.O_RDWR, 0) // read-write: no EOF between the ranks' writes
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = f.Close() })
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join("scripts", "netns-job.sh"), "-n", "3", "--",
+			"sh", "-c", `echo $$ > "$0"; exec sleep 600`, fifo)
+		var e bytes.Buffer
+		cmd.Stderr = &e
+		require.NoError(t, cmd.Start())
+		pids := make(chan []int, 1)
+		go func() {
+			var got []int
+			sc := bufio.NewScanner(f)
+			for len(got) < 3 && sc.Scan() {
+				pid, err := strconv.Atoi(sc.Text())
+				if err == nil {
+					got = append(got, pid)
+				}
+			}
+			pids <- got
+		}()
+		var ranks []int
+		select {
+		case ranks = <-pids:
+		case <-ctx.Done():
+			t.Fatalf("watchdog: the ranks never started\n%s", e.String())
+		}
+		require.NoError(t, cmd.Process.Signal(unix.SIGTERM))
+		err = cmd.Wait()
+		require.Error(t, err)
+		assert.Equal(t, 143, cmd.ProcessState.ExitCode(), "stderr:\n%s", e.String())
+		assertNoJobLeft(t, cmd.Process.Pid)
+		for _, pid := range ranks {
+			assert.False(t, processRuns(pid), "rank process %d still runs after the script was stopped", pid)
+		}
+	})
+}
+
+// processRuns reports whether process pid exists and is not a zombie.
+func processRuns(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || !strings.HasPrefix(s[i+1:], " Z")
 }

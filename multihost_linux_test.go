@@ -141,7 +141,8 @@ const (
 // TestMultihostLinkCut cuts one host off in the middle of a loop of
 // collectives, 4 ranks on 4 hosts, coordinator found by name: every other
 // rank fails with CollectiveFailed naming the cut rank, within the bound
-// of the mode:
+// of the mode, and so does the cut rank itself (naming rank 0, or itself
+// when it is rank 0 and the control session finds every worker silent):
 //   - cut: the link pulled (ip link set down at the switch: no RST, no
 //     FIN, the peers hear nothing);
 //   - iptables: DROP rules for everything in and out of the host (its
@@ -209,10 +210,28 @@ func TestMultihostLinkCut(t *testing.T) {
 					assert.Equal(t, "true", res.fields["deadline"], "rank %d: errors.Is(err, os.ErrDeadlineExceeded): %s", p.rank, res.msg)
 				}
 			}
+			// The cut host hears nobody either: it fails too, within the
+			// same bound. A cut worker names rank 0, the only rank it
+			// talks to; a cut rank 0 names itself with the control session
+			// (silence from every worker: its own link was cut), else the
+			// worker whose link timed out first.
+			victim := procs[tc.victim]
+			res := parseResult(t, victim.await(t, ctx, "RESULT "))
+			t.Logf("the cut rank %d: ms=%.1f named=%s msg=%q", tc.victim, ms(res.at.Sub(end)), res.fields["rank"], res.msg)
+			assert.Equal(t, "CollectiveFailed", res.fields["type"], "the cut rank %d: %s", tc.victim, res.msg)
+			switch {
+			case tc.victim == 0 && tc.live:
+				assert.Equal(t, 0, res.int(t, "rank"), "the cut rank 0 names itself: %s", res.msg)
+				assert.Contains(t, res.msg, "its own link was cut")
+			case tc.victim == 0:
+				assert.Contains(t, []int{1, 2, 3}, res.int(t, "rank"), "the cut rank 0 names a worker: %s", res.msg)
+			default:
+				assert.Equal(t, 0, res.int(t, "rank"), "the cut rank %d names rank 0: %s", tc.victim, res.msg)
+			}
+			assert.GreaterOrEqual(t, res.at.Sub(end), lower, "the cut rank %d failed before the bound", tc.victim)
+			assert.LessOrEqual(t, res.at.Sub(begin), upper, "the cut rank %d detected the cut late", tc.victim)
 			for _, p := range procs {
-				if p.rank != tc.victim {
-					assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
-				}
+				assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
 			}
 		})
 	}

@@ -628,3 +628,66 @@ func TestNextJobOnSamePort(t *testing.T) {
 		})
 	}
 }
+
+// TestUnansweredHandshakeRetried: a worker whose connection is closed
+// before any answer to its Handshake (no Ack, no Abort: a previous job's
+// listener closing with the connection in its accept queue, or a
+// coordinator that died) tries again within ConnectTimeout: when a
+// coordinator then listens, it joins; when none does, it fails at
+// ConnectTimeout with the last attempt's error (connection refused),
+// saying how often the connection was closed unanswered before. On the
+// fake clock.
+func TestUnansweredHandshakeRetried(t *testing.T) {
+	for _, next := range []bool{true, false} {
+		t.Run(fmt.Sprintf("next=%v", next), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				nw := pipe.NewNetwork()
+				ln, err := nw.Listen("coord")
+				require.NoError(t, err)
+				cfg := star.DefaultConfig()
+				cfg.Rank, cfg.Size, cfg.Dialer, cfg.Addr, cfg.ConnectTimeout = 1, 2, retryDialer(nw), "coord", 5*time.Second
+				type result struct {
+					c   comm.Communicator
+					err error
+				}
+				joined := make(chan result, 1)
+				go func() {
+					c, err := newRank(cfg)
+					joined <- result{c, err}
+				}()
+				// The dying coordinator: reads each Handshake, answers
+				// nothing, closes; three times, then stops listening.
+				for range 3 {
+					conn, err := ln.Accept()
+					require.NoError(t, err)
+					hs := make([]byte, len(star.EncodeHandshake(1, 2)))
+					_, err = io.ReadFull(conn, hs)
+					require.NoError(t, err)
+					require.Equal(t, star.EncodeHandshake(1, 2), hs)
+					require.NoError(t, conn.Close())
+				}
+				require.NoError(t, ln.Close())
+				synctest.Wait()
+				require.Empty(t, joined, "the worker gave up on a connection closed without an answer")
+				if !next {
+					res := <-joined
+					require.Error(t, res.err)
+					assert.ErrorIs(t, res.err, syscall.ECONNREFUSED, "nobody listens any more")
+					assert.ErrorContains(t, res.err, "(before, the coordinator closed the connection 3 time(s) without answering)")
+					return
+				}
+				ln, err = nw.Listen("coord")
+				require.NoError(t, err)
+				c0 := star.DefaultConfig()
+				c0.Rank, c0.Size, c0.Listener = 0, 2, ln
+				coord, err := newRank(c0)
+				require.NoError(t, err)
+				res := <-joined
+				require.NoError(t, res.err)
+				job := []comm.Communicator{coord, res.c}
+				require.NoError(t, errors.Join(testkit.RunRanks(job, func(c comm.Communicator) error { return c.Barrier(context.Background()) })...))
+				require.NoError(t, testkit.CloseAll(job))
+			})
+		})
+	}
+}

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"syscall"
 	"time"
 )
 
@@ -80,30 +78,17 @@ func checkHandshake(rank, size uint32, mySize int, taken func(int) bool) string 
 //
 // A coordinator whose own start-up is over refuses the Handshake (cause
 // "running"): this worker reached the previous job on the same port, still
-// ending. It tries again, with backoff, within ConnectTimeout. So it does
-// when the connection is closed or reset before any answer (no Ack, no
-// Abort: errUnanswered): that previous job's listener closed with this
-// worker's connection still waiting in its accept queue, which the kernel
-// resets; or the coordinator died, and the next attempts say so.
+// ending. It tries again, with backoff, within ConnectTimeout.
 func dial(ctx context.Context, cfg Config) (*link, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	backoff := 10 * time.Millisecond
-	var running, unanswered int
-	for {
+	for running := 0; ; running++ {
 		l, err := dialOnce(ctx, dctx, cfg)
 		var ab *AbortError
-		switch {
-		case errors.As(err, &ab) && errors.Is(ab, errRunningRemote):
-			running++
-		case errors.Is(err, errUnanswered) && ctx.Err() == nil && dctx.Err() == nil:
-			unanswered++
-		default:
+		if !errors.As(err, &ab) || !errors.Is(ab, errRunningRemote) {
 			if err != nil && running > 0 {
 				err = fmt.Errorf("%w (before, a coordinator whose job was already running refused this worker %d time(s))", err, running)
-			}
-			if err != nil && unanswered > 0 && !errors.Is(err, errUnanswered) {
-				err = fmt.Errorf("%w (before, the coordinator closed the connection %d time(s) without answering)", err, unanswered)
 			}
 			return l, err
 		}
@@ -112,23 +97,10 @@ func dial(ctx context.Context, cfg Config) (*link, error) {
 		case <-t.C:
 		case <-dctx.Done():
 			t.Stop()
-			if errors.Is(err, errUnanswered) {
-				return nil, fmt.Errorf("connect to coordinator at %s: no coordinator answered the handshake within %v: %w", cfg.Addr, cfg.ConnectTimeout, err)
-			}
 			return nil, fmt.Errorf("connect to coordinator at %s: only a coordinator whose job is already running answered within %v: %w", cfg.Addr, cfg.ConnectTimeout, err)
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
-}
-
-// errUnanswered marks a start-up attempt whose connection the coordinator
-// closed or reset before it answered the Handshake: dial tries again.
-var errUnanswered = errors.New("the coordinator closed the connection without answering the handshake")
-
-// unanswered reports whether err, from sending the Handshake or reading
-// the first byte of the answer, says the connection was closed or reset.
-func unanswered(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // dialOnce is one attempt of dial.
@@ -149,9 +121,6 @@ func dialOnce(ctx, dctx context.Context, cfg Config) (*link, error) {
 		return nil, err
 	}
 	if err := l.writeAll(EncodeHandshake(cfg.Rank, cfg.Size), nil); err != nil {
-		if unanswered(err) && !errors.As(err, new(*AbortError)) {
-			err = fmt.Errorf("%w: %w", errUnanswered, err)
-		}
 		return fail(fmt.Errorf("send handshake to %s: %w", cfg.Addr, err))
 	}
 	wait := cfg.ConnectTimeout + replyMargin(cfg.ConnectTimeout)
@@ -168,9 +137,6 @@ func dialOnce(ctx, dctx context.Context, cfg Config) (*link, error) {
 			return fail(&RefusedError{Reason: ab.Reason})
 		case isTimeout(err):
 			return fail(fmt.Errorf("registered with the coordinator at %s, but it sent neither Ack nor Abort within %v (it answers once every rank has joined, or gives up after its connect timeout): %w", cfg.Addr, wait, err))
-		}
-		if unanswered(err) {
-			err = fmt.Errorf("%w: %w", errUnanswered, err)
 		}
 		return fail(fmt.Errorf("wait for the coordinator's Ack (sent once every rank has joined) from %s: %w", cfg.Addr, err))
 	}

@@ -83,7 +83,9 @@ func hostEnv(coordinator string, env ...string) []string {
 }
 
 // TestMultihostConformance runs the conformance suite at R=4 with rank r
-// on host r:
+// on host r, each case a job of its own on port multihostPort + its index
+// (envPortPerCase: a rank leaving a failing case early cannot reach that
+// case's coordinator):
 //   - ipv4: the workers find the coordinator by its name, node0, which
 //     every host's hosts file maps to its address; the coordinator binds
 //     every interface (COBRE_TCP_BIND_ADDR unset: 0.0.0.0), as in the
@@ -119,7 +121,7 @@ func TestMultihostConformance(t *testing.T) {
 					coordinator = n.Addr6(0)
 				}
 				cmd := n.CommandContext(ctx, r, exe)
-				cmd.Env = hostEnv(coordinator, bind...)
+				cmd.Env = append(hostEnv(coordinator, bind...), envPortPerCase+"=1")
 				return cmd
 			})
 		})

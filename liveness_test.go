@@ -179,7 +179,11 @@ func TestLivenessCut(t *testing.T) {
 					"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR="+n.Addr(0), "COBRE_TCP_BIND_ADDR="+n.Addr(0),
 					"COBRE_TCP_PORT="+strconv.Itoa(port))
 				return cmd
-			}, append(liveEnv, envChaosReady+"=10")...)
+			}, append(liveEnv, envChaosReady+"="+strconv.Itoa(map[string]int{comm.OpAllgatherv: 10, comm.OpBarrier: 200}[tc.op]))...)
+			// (Ready after enough iterations for every control session to
+			// be up: a worker whose session is still opening when its
+			// link is cut goes on without one, and only the collective
+			// timeout, an hour here, would end its wait.)
 			for _, p := range procs {
 				p.await(t, ctx, "READY ")
 			}

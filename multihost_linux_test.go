@@ -184,7 +184,9 @@ func TestMultihostLinkCut(t *testing.T) {
 				env = []string{"COBRE_TCP_TIMEOUT_SECS=" + strconv.Itoa(int(cutTimeout/time.Second)), "COBRE_TCP_LIVENESS_SECS=0"}
 				lower, upper = cutTimeout*3/4, cutTimeout+1500*time.Millisecond
 			}
-			ready := map[string]int{comm.OpAllgatherv: 3, comm.OpAllreduce: 100, comm.OpBarrier: 100}[tc.op]
+			// Ready after enough iterations for every control session to be up
+			// (see TestLivenessCut).
+			ready := map[string]int{comm.OpAllgatherv: 3, comm.OpAllreduce: 200, comm.OpBarrier: 200}[tc.op]
 			procs := startChaosCmds(t, repeat(tc.op, size), func(r int) *exec.Cmd {
 				cmd := n.SelfCommand(r)
 				cmd.Env = hostEnv("node0")

@@ -85,21 +85,22 @@ func spin(d time.Duration) {
 
 // checkUnresponsive checks every survivor's RESULT: CollectiveFailed
 // naming victim, "unresponsive", a deadline, within the liveness timeout
-// + 1 s of at (and not before 0.8 of it: silence counts from the last
-// heartbeat heard).
-func checkUnresponsive(t *testing.T, ctx context.Context, procs []*chaosProc, victim int, at time.Time) {
+// + 1 s of to (and not before 0.8 of it after from: silence counts from
+// the last heartbeat heard). The fault took effect between from and to
+// (a link cut takes a while: ip, then the carrier's loss).
+func checkUnresponsive(t *testing.T, ctx context.Context, procs []*chaosProc, victim int, from, to time.Time) {
 	t.Helper()
 	for _, p := range procs {
 		if p.rank == victim {
 			continue
 		}
 		res := parseResult(t, p.await(t, ctx, "RESULT "))
-		detect := res.at.Sub(at)
+		detect := res.at.Sub(to)
 		t.Logf("detection rank=%d ms=%.1f named=%s deadline=%s msg=%q", p.rank, ms(detect), res.fields["rank"], res.fields["deadline"], res.msg)
 		assertFailedNaming(t, p, res, victim)
 		assert.Equal(t, "true", res.fields["deadline"], "rank %d: errors.Is(err, os.ErrDeadlineExceeded): %s", p.rank, res.msg)
 		assert.Contains(t, res.msg, "unresponsive", "rank %d", p.rank)
-		assert.GreaterOrEqual(t, detect, liveTimeout*8/10, "rank %d failed before the liveness timeout", p.rank)
+		assert.GreaterOrEqual(t, res.at.Sub(from), liveTimeout*8/10, "rank %d failed before the liveness timeout", p.rank)
 		assert.LessOrEqual(t, detect, liveTimeout+time.Second, "rank %d detected it late", p.rank)
 	}
 }
@@ -124,7 +125,7 @@ func TestLivenessStop(t *testing.T) {
 				p.await(t, ctx, "READY ")
 			}
 			stopped := procs[tc.victim].signal(t, sigStop)
-			checkUnresponsive(t, ctx, procs, tc.victim, stopped)
+			checkUnresponsive(t, ctx, procs, tc.victim, stopped, stopped)
 			procs[tc.victim].signal(t, os.Kill)
 			for _, p := range procs {
 				if p.rank != tc.victim {
@@ -178,15 +179,19 @@ func TestLivenessCut(t *testing.T) {
 					"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR="+n.Addr(0), "COBRE_TCP_BIND_ADDR="+n.Addr(0),
 					"COBRE_TCP_PORT="+strconv.Itoa(port))
 				return cmd
-			}, append(liveEnv, envChaosReady+"=10")...)
+			}, append(liveEnv, envChaosReady+"="+strconv.Itoa(map[string]int{comm.OpAllgatherv: 10, comm.OpBarrier: 200}[tc.op]))...)
+			// (Ready after enough iterations for every control session to
+			// be up: a worker whose session is still opening when its
+			// link is cut goes on without one, and only the collective
+			// timeout, an hour here, would end its wait.)
 			for _, p := range procs {
 				p.await(t, ctx, "READY ")
 			}
+			begin := time.Now()
 			if err := n.Cut(tc.victim); err != nil {
 				t.Fatalf("cut host %d: %v", tc.victim, err)
 			}
-			cut := time.Now()
-			checkUnresponsive(t, ctx, procs, tc.victim, cut)
+			checkUnresponsive(t, ctx, procs, tc.victim, begin, time.Now())
 			for _, p := range procs {
 				if p.rank != tc.victim {
 					assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())

@@ -489,7 +489,7 @@ func TestTLSLivenessStop(t *testing.T) {
 		p.await(t, ctx, "READY ")
 	}
 	stopped := procs[victim].signal(t, sigStop)
-	checkUnresponsive(t, ctx, procs, victim, stopped)
+	checkUnresponsive(t, ctx, procs, victim, stopped, stopped)
 	procs[victim].signal(t, os.Kill)
 	for _, p := range procs {
 		if p.rank != victim {

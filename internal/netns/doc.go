@@ -1,17 +1,20 @@
 // Package netns puts processes on separate "hosts" on one Linux machine:
 // network namespaces joined by veth pairs to a bridge, so that tests and
-// scripts can cut a host's link (packets vanish: no RST, no FIN, no ICMP),
-// cap its bandwidth with tc tbf, give it IPv6, and let the processes on each
-// side see a real network with real addresses.
+// scripts can cut a host's link (packets vanish: no RST, no FIN, no ICMP)
+// or firewall it off, cap its bandwidth with tc tbf, give it IPv6, a second
+// interface and a host name, and let the processes on each side see a real
+// network with real addresses and names.
 //
-// It needs root, the ip command of iproute2 (and tc for Net.Limit), and a
-// kernel with network namespaces, veth and bridge support. Available reports
-// what is missing, in words a test can hand to t.Skip:
+// It needs root, the ip command of iproute2 (and tc for Net.Limit, iptables
+// and ip6tables for Net.Block), a writable /etc, and a kernel with network
+// namespaces, veth and bridge support. Available reports what is missing,
+// in words a test can hand to t.Skip (BlockAvailable does the same for
+// Block):
 //
 //	if err := netns.Available(); err != nil {
 //		t.Skip(err)
 //	}
-//	n, err := netns.New(t.Name(), 4, netns.Options{IPv6: true})
+//	n, err := netns.New(t.Name(), 4, netns.Options{IPv6: true, Names: []string{"node0", "node1", "node2", "node3"}})
 //	if err != nil {
 //		t.Fatal(err)
 //	}
@@ -29,9 +32,16 @@
 //	   |                 |                        |
 //	   h0 ------------- h1 ---- ... ---------- h<H-1>     (switch: br0)
 //
+// With Options.Networks = K > 1 there are K such networks, each a bridge
+// br<k> in the switch: host i then has eth0 to eth<K-1> (Interface(k)), one
+// on each, with switch ports h<i> (network 0) and h<i>n<k>, and an address
+// of network k's own subnet on each (AddrOn): a host reachable through
+// several interfaces, as a machine on a data and a management network.
+// Cut, Restore, Limit and Block act on all of a host's links.
+//
 // The interfaces are created directly in their namespaces, so nothing is
 // ever added to the namespace of the calling process, and the short names
-// (eth0, h<i>, br0) cannot collide with those of other Nets.
+// (eth<k>, h<i>, br<k>) cannot collide with those of other Nets.
 //
 // Namespace names are
 //
@@ -46,20 +56,21 @@
 //
 // # Addressing
 //
-// Each Net has a /24 in 10.0.0.0/8 and, with Options.IPv6, a /64 in the ULA
-// prefix fd53:7463:6e65::/48; host i gets address i+1 in both
-// (10.X.Y.(i+1)/24, fd53:7463:6e65:XXYY::(i+1)/64). The subnet is derived
-// from the pid and seq, so it differs between the Nets of one process and
-// usually between processes; since every Net is a closed world (its
-// namespaces reach nothing else) a collision between processes would be
-// harmless anyway, it only keeps logs and captures unambiguous. The hosts
-// have no default route.
+// Each network of a Net has a /24 in 10.0.0.0/8 and, with Options.IPv6, a
+// /64 in the ULA prefix fd53:7463:6e65::/48; host i gets address i+1 in
+// both (10.X.Y.(i+1)/24, fd53:7463:6e65:XXYY::(i+1)/64). The subnet is
+// derived from the pid, seq and network, so it differs between the
+// networks of a Net, between the Nets of one process and usually between
+// processes; since every Net is a closed world (its namespaces reach
+// nothing else) a collision between processes would be harmless anyway, it
+// only keeps logs and captures unambiguous. The hosts have no default
+// route.
 //
 // IPv6 addresses are added with nodad and duplicate address detection is
 // off in the host namespaces (accept_dad=0, set before eth0 exists, so that
 // the link-local address is not tentative either), so an address is usable
 // as soon as New returns and again as soon as Restore returns. Host MACs
-// are fixed (02:53:X:Y:00:i+1) and, unless Options.DynamicNeighbors is set,
+// are fixed (02:53:X:Y:k:i+1 on network k) and, unless Options.DynamicNeighbors is set,
 // every host has permanent neighbour entries (ARP and NDP) for every other
 // host: no neighbour resolution ever happens, so a cut link is a pure black
 // hole, as a link cut somewhere beyond the first hop. With dynamic
@@ -74,6 +85,26 @@
 // namespace (not the values of the caller's namespace); Net.Sysctl sets
 // one.
 //
+// # Names
+//
+// Every host has a hosts file of its own, HostsFile(i), kept in
+// EtcDir/<namespace>/hosts, which "ip netns exec" (and so Command)
+// bind-mounts over /etc/hosts of the process it starts; a copy of the
+// system's nsswitch.conf beside it looks host names up in that file only.
+// So a process on a host resolves exactly the names the Net gives it, at
+// once, and a name it does not give is "no such host" (a *net.DNSError
+// with IsNotFound, as a DNS server's NXDOMAIN), never a query to a DNS
+// server it cannot reach. New writes localhost and, for each host with a
+// name in Options.Names, that name with the host's network-0 addresses
+// (IPv4, and IPv6 with Options.IPv6): every host reaches host i as
+// Names[i]. AddName adds a name later, with any addresses (an AAAA-only
+// name, a name for a second interface, or one that appears after its
+// users started, as in a cluster whose DNS lags its pods): it appends to
+// every hosts file in one write, so that the mounted files (the same
+// inodes) show it to running processes at their next lookup. The calling
+// process's own /etc/hosts is never touched, and Do, Listen and DialContext,
+// which change only the network namespace of a thread, still see it.
+//
 // # Running things on a host
 //
 // Net.Command (and CommandContext, SelfCommand for the running test
@@ -85,7 +116,7 @@
 // discarded): a socket stays in the namespace it was created in, so a test
 // can hold both ends of a connection between two hosts.
 //
-// # Cutting and shaping
+// # Cutting, blocking and shaping
 //
 // Net.Cut(i) sets the bridge-side end h<i> down, like a cable pulled at the
 // switch. Host i keeps its addresses and routes (eth0 loses carrier:
@@ -98,6 +129,13 @@
 // retransmitted), and new connections time out. Net.Restore(i) sets h<i>
 // up again and returns once traffic flows; TCP then retransmits what was
 // lost.
+//
+// Net.Block(i) cuts host i off with a firewall instead: iptables and
+// ip6tables rules in its namespace DROP everything in and out of its
+// interfaces (not loopback). The other hosts see the same silence as after
+// a Cut, while host i's links stay up, as when a firewall rule or a
+// security group fails rather than a cable. Net.Unblock(i) deletes the
+// rules.
 //
 // Net.Limit(i, rate) installs a tc tbf qdisc of that rate on both ends of
 // host i's link: on eth0 in host i (what host i sends) and on h<i> in the
@@ -113,12 +151,12 @@
 // # Cleanup
 //
 // Net.Close deletes every interface of the Net (so that even a process
-// still running in one of its namespaces loses its link) and then every
-// namespace; it is idempotent. It does not kill processes: a namespace with
+// still running in one of its namespaces loses its link), then every
+// namespace and the hosts' files under EtcDir; it is idempotent. It does not kill processes: a namespace with
 // a process still in it lives on, nameless and with only loopback, until
 // that process exits. Namespaces left behind by a process that died before
 // Close (its pid gone, or reused by a process started at another time) are
-// deleted by Sweep, which New calls first.
+// deleted by Sweep, which New calls first, with their files under EtcDir.
 //
 // Sweep assumes it sees the same /proc (pid namespace) as the processes
 // that created the namespaces, which is the case for test runs on one

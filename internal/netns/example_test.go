@@ -10,15 +10,16 @@ import (
 	"github.com/starcomm/starcomm/internal/netns"
 )
 
-// Four ranks on four hosts: rank r runs the test binary in host r's
-// namespace, rank 0 listens on host 0's address only, and host 2's link is
-// cut in the middle of the job. (Compiled, not run: it needs root.)
+// Four ranks on four hosts named node0 to node3: rank r runs the test
+// binary in host r's namespace, rank 0 listens on host 0's address only,
+// the workers find it by name, and host 2's link is cut in the middle of
+// the job. (Compiled, not run: it needs root.)
 func Example() {
 	if err := netns.Available(); err != nil {
 		fmt.Println("skip:", err)
 		return
 	}
-	n, err := netns.New("Example", 4, netns.Options{IPv6: true})
+	n, err := netns.New("Example", 4, netns.Options{IPv6: true, Names: []string{"node0", "node1", "node2", "node3"}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func Example() {
 		cmd := n.SelfCommand(r, "-test.run=^$")
 		cmd.Env = append(os.Environ(),
 			"COBRE_COMM_BACKEND=tcp",
-			"COBRE_TCP_COORDINATOR="+n.Addr(0),
+			"COBRE_TCP_COORDINATOR="+n.Name(0), // resolved through host r's hosts file
 			"COBRE_TCP_BIND_ADDR="+n.Addr(0),
 			"COBRE_TCP_PORT=29500",
 			"COBRE_TCP_RANK="+strconv.Itoa(r),

@@ -42,8 +42,9 @@ var probe = sync.OnceValues(probeTools)
 
 // Available reports whether network namespaces can be used here: nil when
 // the process runs on Linux as root, the ip command of iproute2 is
-// installed, and a namespace, a veth pair and a bridge can be created and a
-// command run in the namespace. Otherwise the error says what is missing,
+// installed, a namespace, a veth pair and a bridge can be created, a
+// directory for its files made under EtcDir, and a command run in the
+// namespace. Otherwise the error says what is missing,
 // e.g. "netns: needs root (running as uid 1000)" or "netns: the ip command
 // (iproute2) is not installed (...)", ready for t.Skip. The check runs once
 // per process; later calls return its result. tc is not required (only
@@ -81,6 +82,9 @@ func probeTools() (*tools, error) {
 	}
 	if t.dir == "" {
 		return nil, fmt.Errorf("netns: ip netns add %s succeeded but neither /run/netns/%[1]s nor /var/run/netns/%[1]s exists", ns)
+	}
+	if err := os.MkdirAll(filepath.Join(EtcDir, ns), 0o755); err != nil {
+		return nil, fmt.Errorf("netns: cannot create the directory of a namespace's hosts file: %w", err)
 	}
 	if _, err := run(t.ip, nil, "netns", "exec", ns, t.ip, "link", "show", "lo"); err != nil {
 		return nil, fmt.Errorf("netns: cannot run a command in a network namespace: %w", err)
@@ -314,12 +318,13 @@ func ownerAlive(pid int, start uint64) bool {
 	return got == start
 }
 
-// Sweep deletes the namespaces (and their interfaces) that Nets of dead
-// processes left behind: those whose names start with Prefix and whose
-// creator (the pid and start time in the name) no longer runs, as after a
-// test binary was killed before its Close ran. It never touches the
-// namespaces of a live process. It returns the names it deleted. New calls
-// it, so a killed run is cleaned up by the next.
+// Sweep deletes the namespaces (and their interfaces and files under
+// EtcDir) that Nets of dead processes left behind: those whose names start
+// with Prefix and whose creator (the pid and start time in the name) no
+// longer runs, as after a test binary was killed before its Close ran. It
+// never touches the namespaces of a live process. It returns the names of
+// the namespaces it deleted. New calls it, so a killed run is cleaned up by
+// the next.
 func Sweep() ([]string, error) {
 	t, err := probe()
 	if err != nil {
@@ -345,6 +350,9 @@ func Sweep() ([]string, error) {
 			continue
 		}
 		removed = append(removed, f[0])
+	}
+	if err := sweepEtc(); err != nil {
+		errs = append(errs, err)
 	}
 	return removed, errors.Join(errs...)
 }
@@ -386,5 +394,5 @@ func deleteNamespace(t *tools, ns string) error {
 	if _, err := run(t.ip, nil, "netns", "del", ns); err != nil && !gone() {
 		return fmt.Errorf("netns: deleting namespace %s: %w", ns, err)
 	}
-	return nil
+	return removeEtc(ns)
 }

@@ -16,15 +16,13 @@ import (
 	"sync"
 )
 
-// HostInterface is the name of every host's one network interface (besides
-// loopback), e.g. for binding to a device.
+// HostInterface is the name of every host's interface on network 0
+// (besides loopback), e.g. for binding to a device; with several networks,
+// Interface(k) names the others.
 const HostInterface = "eth0"
 
 // MaxHosts is the largest number of hosts of a Net.
 const MaxHosts = 250
-
-// bridge is the bridge in the switch namespace.
-const bridge = "br0"
 
 // ulaPrefix is the IPv6 /48 of every Net (a ULA, RFC 4193).
 const ulaPrefix = "fd53:7463:6e65"
@@ -46,7 +44,23 @@ type Options struct {
 	// MTU of every link (both ends of each veth pair and the bridge); 0
 	// leaves the default, 1500.
 	MTU int
+	// Networks is the number of networks, 1 to MaxNetworks (0 means 1).
+	// Every host has one interface on each (eth0, eth1, ...: Interface),
+	// with an address of its own on each (AddrOn), so that a host can
+	// be reached through several interfaces, as a machine on a data and
+	// a management network can.
+	Networks int
+	// Names gives host i the host name Names[i] ("" or a missing entry:
+	// no name). Every host's hosts file maps each name to that host's
+	// addresses on network 0 (IPv4, and IPv6 with IPv6), so processes
+	// started with Command reach host i as Names[i]. Names must be valid
+	// host names (letters, digits, '-' and '_' in dot-separated labels)
+	// and distinct. See the package documentation (Names).
+	Names []string
 }
+
+// MaxNetworks is the largest Options.Networks.
+const MaxNetworks = 8
 
 // Net is a set of hosts, each a network namespace with one link to a
 // common bridge. See the package documentation for the topology. Its
@@ -55,18 +69,42 @@ type Options struct {
 type Net struct {
 	t        *tools
 	opts     Options
-	sw       string       // the switch namespace
-	hosts    []string     // host namespaces
-	v4, v6   []netip.Addr // v6 is nil without Options.IPv6
-	macs     []string
-	subnet4  netip.Prefix
-	subnet6  netip.Prefix
+	sw       string     // the switch namespace
+	hosts    []string   // host namespaces
+	nets     []*network // the networks, 0 first
+	names    []string   // host names, "" for none; len(hosts)
 	mu       sync.Mutex
 	created  []string // namespaces that exist, in creation order
 	closed   bool
 	closeErr error
 	limited  map[int]bool
+	blocked  map[int]bool
 }
+
+// network is one of the Net's networks: a bridge in the switch and an
+// interface in every host.
+type network struct {
+	v4, v6  []netip.Addr // v6 is nil without Options.IPv6
+	macs    []string
+	subnet4 netip.Prefix
+	subnet6 netip.Prefix
+}
+
+// port is the name of the switch end of host i's link to network k: h<i>
+// on network 0 (as before there were several), h<i>n<k> on the others.
+func port(k, i int) string {
+	if k == 0 {
+		return "h" + strconv.Itoa(i)
+	}
+	return "h" + strconv.Itoa(i) + "n" + strconv.Itoa(k)
+}
+
+// Interface is the name of a host's interface on network k: eth<k>.
+// HostInterface is network 0's.
+func Interface(k int) string { return "eth" + strconv.Itoa(k) }
+
+// bridgeOf is the name of network k's bridge in the switch: br<k>.
+func bridgeOf(k int) string { return "br" + strconv.Itoa(k) }
 
 // New creates a Net of hosts hosts (1 to MaxHosts) named after name (any
 // string; t.Name() is fine) and returns when every link is up and every
@@ -83,31 +121,51 @@ func New(name string, hosts int, opts Options) (*Net, error) {
 	if opts.MTU != 0 && (opts.MTU < 68 || opts.MTU > 65535 || opts.IPv6 && opts.MTU < 1280) {
 		return nil, fmt.Errorf("netns: MTU %d out of range", opts.MTU)
 	}
+	if opts.Networks == 0 {
+		opts.Networks = 1
+	}
+	if opts.Networks < 1 || opts.Networks > MaxNetworks {
+		return nil, fmt.Errorf("netns: %d networks: want 1 to %d", opts.Networks, MaxNetworks)
+	}
+	names, err := checkNames(opts.Names, hosts)
+	if err != nil {
+		return nil, err
+	}
 	_, _ = Sweep() // best effort: a failure here must not stop this Net
 	owner, err := selfOwner()
 	if err != nil {
 		return nil, err
 	}
 	seq := nextSeq()
-	idx := uint16(uint32(os.Getpid())*251 + seq)
-	x, y := byte(idx>>8), byte(idx)
 	n := &Net{
 		t:       t,
 		opts:    opts,
 		sw:      nsName(owner, seq, name, "sw"),
-		subnet4: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, x, y, 0}), 24),
+		names:   names,
 		limited: map[int]bool{},
-	}
-	if opts.IPv6 {
-		n.subnet6 = netip.MustParsePrefix(fmt.Sprintf("%s:%x::/64", ulaPrefix, idx))
+		blocked: map[int]bool{},
 	}
 	for i := range hosts {
 		n.hosts = append(n.hosts, nsName(owner, seq, name, "h"+strconv.Itoa(i)))
-		n.v4 = append(n.v4, netip.AddrFrom4([4]byte{10, x, y, byte(i + 1)}))
+	}
+	for k := range opts.Networks {
+		// Network k of this Net gets the subnet of index idx + k*4096, so
+		// the networks of one Net never share one and those of a
+		// process's Nets only after 4096 Nets.
+		idx := uint16(uint32(os.Getpid())*251 + seq + uint32(k)<<12)
+		x, y := byte(idx>>8), byte(idx)
+		nw := &network{subnet4: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, x, y, 0}), 24)}
 		if opts.IPv6 {
-			n.v6 = append(n.v6, netip.MustParseAddr(fmt.Sprintf("%s:%x::%x", ulaPrefix, idx, i+1)))
+			nw.subnet6 = netip.MustParsePrefix(fmt.Sprintf("%s:%x::/64", ulaPrefix, idx))
 		}
-		n.macs = append(n.macs, fmt.Sprintf("02:53:%02x:%02x:%02x:%02x", x, y, (i+1)>>8, byte(i+1)))
+		for i := range hosts {
+			nw.v4 = append(nw.v4, netip.AddrFrom4([4]byte{10, x, y, byte(i + 1)}))
+			if opts.IPv6 {
+				nw.v6 = append(nw.v6, netip.MustParseAddr(fmt.Sprintf("%s:%x::%x", ulaPrefix, idx, i+1)))
+			}
+			nw.macs = append(nw.macs, fmt.Sprintf("02:53:%02x:%02x:%02x:%02x", x, y, k, byte(i+1)))
+		}
+		n.nets = append(n.nets, nw)
 	}
 	if err := n.build(); err != nil {
 		if cerr := n.Close(); cerr != nil {
@@ -118,14 +176,17 @@ func New(name string, hosts int, opts Options) (*Net, error) {
 	return n, nil
 }
 
-// build creates the namespaces, interfaces, addresses and neighbour
-// entries, and waits for them to settle.
+// build creates the namespaces, interfaces, addresses, neighbour entries
+// and hosts files, and waits for the links to settle.
 func (n *Net) build() error {
 	for _, ns := range append([]string{n.sw}, n.hosts...) {
 		if _, err := run(n.t.ip, nil, "netns", "add", ns); err != nil {
 			return fmt.Errorf("netns: %w", err)
 		}
 		n.created = append(n.created, ns)
+	}
+	if err := n.writeEtc(); err != nil {
+		return err
 	}
 	// Before any interface exists, so that new interfaces inherit the
 	// defaults: no IPv6 at all on the switch (it is layer 2 only), no DAD
@@ -150,38 +211,44 @@ func (n *Net) build() error {
 	if n.opts.MTU != 0 {
 		mtu = " mtu " + strconv.Itoa(n.opts.MTU)
 	}
-	sw := []string{
-		"link add " + bridge + mtu + " type bridge stp_state 0 mcast_snooping 0",
-		"link set " + bridge + " up",
-	}
-	for i, ns := range n.hosts {
-		port := "h" + strconv.Itoa(i)
+	var sw []string
+	for k, nw := range n.nets {
+		br := bridgeOf(k)
 		sw = append(sw,
-			"link add "+port+mtu+" type veth peer name "+HostInterface+" netns "+ns+" address "+n.macs[i]+mtu,
-			"link set "+port+" master "+bridge,
-			"link set "+port+" up",
+			"link add "+br+mtu+" type bridge stp_state 0 mcast_snooping 0",
+			"link set "+br+" up",
 		)
+		for i, ns := range n.hosts {
+			p := port(k, i)
+			sw = append(sw,
+				"link add "+p+mtu+" type veth peer name "+Interface(k)+" netns "+ns+" address "+nw.macs[i]+mtu,
+				"link set "+p+" master "+br,
+				"link set "+p+" up",
+			)
+		}
 	}
 	if err := batch(n.t, n.sw, false, sw); err != nil {
 		return fmt.Errorf("netns: building the switch: %w", err)
 	}
 	for i, ns := range n.hosts {
-		cmds := []string{
-			"link set lo up",
-			"addr add " + n.v4[i].String() + "/24 dev " + HostInterface,
-		}
-		if n.opts.IPv6 {
-			cmds = append(cmds, "addr add "+n.v6[i].String()+"/64 dev "+HostInterface+" nodad")
-		}
-		cmds = append(cmds, "link set "+HostInterface+" up")
-		if !n.opts.DynamicNeighbors {
+		cmds := []string{"link set lo up"}
+		for k, nw := range n.nets {
+			dev := Interface(k)
+			cmds = append(cmds, "addr add "+nw.v4[i].String()+"/24 dev "+dev)
+			if n.opts.IPv6 {
+				cmds = append(cmds, "addr add "+nw.v6[i].String()+"/64 dev "+dev+" nodad")
+			}
+			cmds = append(cmds, "link set "+dev+" up")
+			if n.opts.DynamicNeighbors {
+				continue
+			}
 			for j := range n.hosts {
 				if j == i {
 					continue
 				}
-				cmds = append(cmds, "neigh replace "+n.v4[j].String()+" lladdr "+n.macs[j]+" dev "+HostInterface+" nud permanent")
+				cmds = append(cmds, "neigh replace "+nw.v4[j].String()+" lladdr "+nw.macs[j]+" dev "+dev+" nud permanent")
 				if n.opts.IPv6 {
-					cmds = append(cmds, "neigh replace "+n.v6[j].String()+" lladdr "+n.macs[j]+" dev "+HostInterface+" nud permanent")
+					cmds = append(cmds, "neigh replace "+nw.v6[j].String()+" lladdr "+nw.macs[j]+" dev "+dev+" nud permanent")
 				}
 			}
 		}
@@ -197,71 +264,108 @@ func (n *Net) build() error {
 	return nil
 }
 
-// waitUp waits until host i's link carries traffic: eth0 has carrier and
-// its addresses are not tentative, and the bridge port forwards.
+// waitUp waits until host i's links carry traffic: each of its interfaces
+// has carrier and its addresses are not tentative, and each bridge port
+// forwards.
 func (n *Net) waitUp(i int) error {
-	port := "h" + strconv.Itoa(i)
-	return waitFor(fmt.Sprintf("host %d's link (%s) to come up", i, n.hosts[i]), func() (bool, string, error) {
-		hs, err := links(n.t, n.hosts[i], "addr", "show", "dev", HostInterface)
-		if err != nil || len(hs) != 1 {
-			return false, "", err
-		}
-		ps, err := links(n.t, n.sw, "-d", "link", "show", "dev", port)
-		if err != nil || len(ps) != 1 {
-			return false, "", err
-		}
-		h, p := hs[0], ps[0]
-		state := fmt.Sprintf("%s operstate %s, switch port %s operstate %s, port state %q", HostInterface, h.OperState, port, p.OperState, p.portState())
-		if h.OperState != "UP" || p.OperState != "UP" || p.portState() != "forwarding" {
-			return false, state, nil
-		}
-		var v4, v6 bool
-		for _, a := range h.AddrInfo {
-			if a.Tentative || a.DADFailed {
-				return false, state + ", address " + a.Local + " tentative or failed DAD", nil
+	for k, nw := range n.nets {
+		dev, p := Interface(k), port(k, i)
+		err := waitFor(fmt.Sprintf("host %d's link %s (%s) to come up", i, dev, n.hosts[i]), func() (bool, string, error) {
+			hs, err := links(n.t, n.hosts[i], "addr", "show", "dev", dev)
+			if err != nil || len(hs) != 1 {
+				return false, "", err
 			}
-			v4 = v4 || a.Local == n.v4[i].String()
-			v6 = v6 || n.opts.IPv6 && a.Local == n.v6[i].String()
+			ps, err := links(n.t, n.sw, "-d", "link", "show", "dev", p)
+			if err != nil || len(ps) != 1 {
+				return false, "", err
+			}
+			h, sp := hs[0], ps[0]
+			state := fmt.Sprintf("%s operstate %s, switch port %s operstate %s, port state %q", dev, h.OperState, p, sp.OperState, sp.portState())
+			if h.OperState != "UP" || sp.OperState != "UP" || sp.portState() != "forwarding" {
+				return false, state, nil
+			}
+			var v4, v6 bool
+			for _, a := range h.AddrInfo {
+				if a.Tentative || a.DADFailed {
+					return false, state + ", address " + a.Local + " tentative or failed DAD", nil
+				}
+				v4 = v4 || a.Local == nw.v4[i].String()
+				v6 = v6 || n.opts.IPv6 && a.Local == nw.v6[i].String()
+			}
+			if !v4 || n.opts.IPv6 && !v6 {
+				return false, state + ", address missing", nil
+			}
+			return true, state, nil
+		})
+		if err != nil {
+			return err
 		}
-		if !v4 || n.opts.IPv6 && !v6 {
-			return false, state + ", address missing", nil
-		}
-		return true, state, nil
-	})
+	}
+	return nil
 }
 
 // Hosts is the number of hosts.
 func (n *Net) Hosts() int { return len(n.hosts) }
 
-// Addr is host i's IPv4 address, e.g. "10.36.17.2".
-func (n *Net) Addr(i int) string { return n.v4[n.host(i)].String() }
+// Networks is the number of networks (Options.Networks).
+func (n *Net) Networks() int { return len(n.nets) }
 
-// Addr6 is host i's IPv6 address (without brackets), or "" without
+// Addr is host i's IPv4 address on network 0, e.g. "10.36.17.2".
+func (n *Net) Addr(i int) string { return n.AddrOn(0, i) }
+
+// Addr6 is host i's IPv6 address on network 0 (without brackets), or ""
+// without Options.IPv6.
+func (n *Net) Addr6(i int) string { return n.Addr6On(0, i) }
+
+// AddrOn is host i's IPv4 address on network k (its interface
+// Interface(k)).
+func (n *Net) AddrOn(k, i int) string { return n.network(k).v4[n.host(i)].String() }
+
+// Addr6On is host i's IPv6 address on network k, or "" without
 // Options.IPv6.
-func (n *Net) Addr6(i int) string {
-	i = n.host(i)
-	if n.v6 == nil {
+func (n *Net) Addr6On(k, i int) string {
+	nw, i := n.network(k), n.host(i)
+	if nw.v6 == nil {
 		return ""
 	}
-	return n.v6[i].String()
+	return nw.v6[i].String()
 }
 
-// Subnet is the IPv4 subnet of the hosts, e.g. "10.36.17.0/24".
-func (n *Net) Subnet() string { return n.subnet4.String() }
+// Subnet is the IPv4 subnet of network 0, e.g. "10.36.17.0/24".
+func (n *Net) Subnet() string { return n.SubnetOn(0) }
 
-// Subnet6 is the IPv6 subnet of the hosts, or "" without Options.IPv6.
-func (n *Net) Subnet6() string {
-	if !n.subnet6.IsValid() {
+// Subnet6 is the IPv6 subnet of network 0, or "" without Options.IPv6.
+func (n *Net) Subnet6() string { return n.Subnet6On(0) }
+
+// SubnetOn is the IPv4 subnet of network k.
+func (n *Net) SubnetOn(k int) string { return n.network(k).subnet4.String() }
+
+// Subnet6On is the IPv6 subnet of network k, or "" without Options.IPv6.
+func (n *Net) Subnet6On(k int) string {
+	nw := n.network(k)
+	if !nw.subnet6.IsValid() {
 		return ""
 	}
-	return n.subnet6.String()
+	return nw.subnet6.String()
+}
+
+// Name is host i's host name (Options.Names), or "" if it has none.
+func (n *Net) Name(i int) string { return n.names[n.host(i)] }
+
+// network checks a network index; an index out of range is a programming
+// error.
+func (n *Net) network(k int) *network {
+	if k < 0 || k >= len(n.nets) {
+		panic(fmt.Sprintf("netns: network %d of a Net of %d networks", k, len(n.nets)))
+	}
+	return n.nets[k]
 }
 
 // Namespace is the name of host i's network namespace, as ip netns knows
 // it.
 func (n *Net) Namespace(i int) string { return n.hosts[n.host(i)] }
 
-// SwitchNamespace is the name of the namespace that holds the bridge.
+// SwitchNamespace is the name of the namespace that holds the bridges.
 func (n *Net) SwitchNamespace() string { return n.sw }
 
 // Namespaces lists every namespace of the Net: the hosts', then the
@@ -398,47 +502,57 @@ func (n *Net) lock(i int) error {
 	return nil
 }
 
-// Cut takes host i's link down: it sets the bridge-side end of the host's
-// veth pair down, so that everything host i sends and everything sent to
-// it is dropped without a trace (no RST, FIN or ICMP; see the package
-// documentation). It returns once host i's eth0 has lost carrier. Cutting
-// a cut link does nothing.
+// Cut takes host i's links down: it sets the bridge-side end of each of
+// the host's veth pairs down (one per network), so that everything host i
+// sends and everything sent to it is dropped without a trace (no RST, FIN
+// or ICMP; see the package documentation). It returns once every
+// interface of host i has lost carrier. Cutting a cut link does nothing.
 func (n *Net) Cut(i int) error {
 	if err := n.lock(i); err != nil {
 		return err
 	}
 	defer n.mu.Unlock()
-	port := "h" + strconv.Itoa(i)
-	if _, err := run(n.t.ip, nil, "-n", n.sw, "link", "set", "dev", port, "down"); err != nil {
-		return fmt.Errorf("netns: cutting host %d: %w", i, err)
-	}
-	return waitFor(fmt.Sprintf("host %d's %s to lose carrier", i, HostInterface), func() (bool, string, error) {
-		hs, err := links(n.t, n.hosts[i], "link", "show", "dev", HostInterface)
-		if err != nil || len(hs) != 1 {
-			return false, "", err
+	for k := range n.nets {
+		if _, err := run(n.t.ip, nil, "-n", n.sw, "link", "set", "dev", port(k, i), "down"); err != nil {
+			return fmt.Errorf("netns: cutting host %d: %w", i, err)
 		}
-		return hs[0].OperState != "UP", "operstate " + hs[0].OperState, nil
-	})
+	}
+	for k := range n.nets {
+		dev := Interface(k)
+		err := waitFor(fmt.Sprintf("host %d's %s to lose carrier", i, dev), func() (bool, string, error) {
+			hs, err := links(n.t, n.hosts[i], "link", "show", "dev", dev)
+			if err != nil || len(hs) != 1 {
+				return false, "", err
+			}
+			return hs[0].OperState != "UP", "operstate " + hs[0].OperState, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// Restore brings host i's link back up after Cut and returns once it
-// carries traffic again. Restoring a link that is up does nothing.
+// Restore brings host i's links back up after Cut and returns once they
+// carry traffic again. Restoring links that are up does nothing.
 func (n *Net) Restore(i int) error {
 	if err := n.lock(i); err != nil {
 		return err
 	}
 	defer n.mu.Unlock()
-	port := "h" + strconv.Itoa(i)
-	if _, err := run(n.t.ip, nil, "-n", n.sw, "link", "set", "dev", port, "up"); err != nil {
-		return fmt.Errorf("netns: restoring host %d: %w", i, err)
+	for k := range n.nets {
+		if _, err := run(n.t.ip, nil, "-n", n.sw, "link", "set", "dev", port(k, i), "up"); err != nil {
+			return fmt.Errorf("netns: restoring host %d: %w", i, err)
+		}
 	}
 	return n.waitUp(i)
 }
 
-// Limit caps host i's link at rate, in tc's syntax ("1gbit", "100mbit",
-// "12.5mbps"; see ParseRate), in each direction: a tbf qdisc on host i's
-// eth0 shapes what it sends, one on the switch port h<i> shapes what it
-// receives. Calling it again changes the rate. It needs the tc command.
+// Limit caps host i's links at rate, in tc's syntax ("1gbit", "100mbit",
+// "12.5mbps"; see ParseRate), in each direction: a tbf qdisc on each of
+// host i's interfaces (eth0, ...) shapes what it sends, one on each switch
+// port (h<i>, ...) shapes what it receives. Calling it again changes the
+// rate. It needs the tc command.
 func (n *Net) Limit(i int, rate string) error {
 	bits, err := ParseRate(rate)
 	if err != nil {
@@ -462,7 +576,7 @@ func (n *Net) Limit(i int, rate string) error {
 	return nil
 }
 
-// Unlimit removes the rate limit of host i's link, if any.
+// Unlimit removes the rate limit of host i's links, if any.
 func (n *Net) Unlimit(i int) error {
 	if err := n.lock(i); err != nil {
 		return err
@@ -480,18 +594,20 @@ func (n *Net) Unlimit(i int) error {
 	return nil
 }
 
-// qdiscs are the two ends of host i's link: its egress and its ingress.
+// qdiscs are the two ends of each of host i's links: its egress and its
+// ingress.
 func (n *Net) qdiscs(i int) []struct{ ns, dev string } {
-	return []struct{ ns, dev string }{
-		{n.hosts[i], HostInterface},
-		{n.sw, "h" + strconv.Itoa(i)},
+	var qs []struct{ ns, dev string }
+	for k := range n.nets {
+		qs = append(qs, struct{ ns, dev string }{n.hosts[i], Interface(k)}, struct{ ns, dev string }{n.sw, port(k, i)})
 	}
+	return qs
 }
 
-// Close deletes every interface and namespace of the Net. It is
-// idempotent: later calls return the first call's result. Processes still
-// running in a host's namespace are not stopped; they are left with
-// loopback only.
+// Close deletes every interface and namespace of the Net, and the hosts'
+// files under /etc/netns. It is idempotent: later calls return the first
+// call's result. Processes still running in a host's namespace are not
+// stopped; they are left with loopback only (and the hosts file they had).
 func (n *Net) Close() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()

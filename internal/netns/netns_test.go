@@ -26,8 +26,8 @@ import (
 // A test's child process: this test binary, re-run by TestMain in a host's
 // namespace through SelfCommand.
 const (
-	envChild = "NETNS_TEST_CHILD" // echo or wait
-	envAddr  = "NETNS_TEST_ADDR"  // for echo: the address to dial
+	envChild = "NETNS_TEST_CHILD" // echo, wait or lookup
+	envAddr  = "NETNS_TEST_ADDR"  // for echo: the address to dial; for lookup: the name
 )
 
 func TestMain(m *testing.M) {
@@ -40,7 +40,10 @@ func TestMain(m *testing.M) {
 // child runs a child process's mode:
 //   - echo dials envAddr, sends one line, reads it back and prints
 //     "ECHO <line>";
-//   - wait prints READY and waits for its standard input to close.
+//   - wait prints READY and waits for its standard input to close;
+//   - lookup resolves each name of the comma-separated envAddr with Go's
+//     resolver and prints "<name> <addr> ..." (sorted) or "<name>
+//     NOTFOUND" for a *net.DNSError with IsNotFound, a line per name.
 func child(mode string) int {
 	time.AfterFunc(time.Minute, func() { os.Exit(4) }) // never outlive a lost parent
 	switch mode {
@@ -66,6 +69,22 @@ func child(mode string) int {
 	case "wait":
 		fmt.Println("READY")
 		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 0
+	case "lookup":
+		for name := range strings.SplitSeq(os.Getenv(envAddr), ",") {
+			addrs, err := net.LookupHost(name)
+			var dnsErr *net.DNSError
+			switch {
+			case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+				fmt.Println(name, "NOTFOUND")
+			case err != nil:
+				fmt.Println("ERROR", err)
+				return 1
+			default:
+				slices.Sort(addrs)
+				fmt.Println(name, strings.Join(addrs, " "))
+			}
+		}
 		return 0
 	}
 	fmt.Println("ERROR unknown mode", mode)
@@ -500,8 +519,10 @@ func TestClose(t *testing.T) {
 	assert.Equal(t, []string{"lo"}, ifaces, "the namespace host 0's process still runs in lost its link")
 	out, err := run(n.t.ip, nil, "link", "show")
 	require.NoError(t, err)
-	for _, mac := range n.macs {
-		assert.NotContains(t, string(out), mac, "nothing leaked into this namespace")
+	for _, nw := range n.nets {
+		for _, mac := range nw.macs {
+			assert.NotContains(t, string(out), mac, "nothing leaked into this namespace")
+		}
 	}
 
 	require.NoError(t, n.Close(), "a second Close")
@@ -540,6 +561,14 @@ func TestSweep(t *testing.T) {
 	// An interface in a leftover, as a killed New leaves them.
 	_, err = run(tl.ip, nil, "-n", leftDead, "link", "add", "h0", "type", "veth", "peer", "name", "eth0", "netns", leftReused)
 	require.NoError(t, err)
+	// Hosts files: of a leftover namespace, of one already gone, of a
+	// live one.
+	orphan := nsName(dead, 3, t.Name(), "h1")
+	for _, ns := range []string{leftDead, orphan, live} {
+		require.NoError(t, os.MkdirAll(filepath.Join(EtcDir, ns), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(EtcDir, ns, "hosts"), nil, 0o644))
+		t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(EtcDir, ns)) })
+	}
 
 	n, err := New(t.Name(), 1, Options{})
 	require.NoError(t, err)
@@ -548,6 +577,12 @@ func TestSweep(t *testing.T) {
 	assert.NotContains(t, list, leftDead, "swept by New: its creator is gone")
 	assert.NotContains(t, list, leftReused, "swept by New: its creator's pid is another process's")
 	assert.Contains(t, list, live, "a live process's namespace stays")
+	for _, ns := range []string{leftDead, orphan} {
+		_, err := os.Stat(filepath.Join(EtcDir, ns))
+		assert.ErrorIs(t, err, os.ErrNotExist, "swept: %s", ns)
+	}
+	_, err = os.Stat(filepath.Join(EtcDir, live, "hosts"))
+	assert.NoError(t, err, "a live process's files stay")
 
 	again := nsName(dead, 2, t.Name(), "h1")
 	add(again)
@@ -602,4 +637,233 @@ func TestNewErrors(t *testing.T) {
 	_, err = New(t.Name(), 2, Options{MTU: 1000, IPv6: true})
 	assert.Error(t, err)
 	assert.False(t, errors.Is(err, ErrClosed))
+	for _, opts := range []Options{
+		{Networks: MaxNetworks + 1},
+		{Networks: -1},
+		{Names: []string{"a", "b", "c"}},
+		{Names: []string{"node0", "NODE0"}},
+		{Names: []string{"no de"}},
+		{Names: []string{"10.1.2.3"}},
+		{Names: []string{"-x"}},
+		{Names: []string{strings.Repeat("a", 64)}},
+	} {
+		_, err := New(t.Name(), 2, opts)
+		assert.Error(t, err, "%+v", opts)
+	}
+}
+
+// lookup resolves names in host i, in a process started there with
+// SelfCommand (so through the host's hosts file), and returns what it
+// found for each: its addresses, sorted and joined by spaces, or
+// "NOTFOUND".
+func lookup(t *testing.T, n *Net, i int, names ...string) map[string]string {
+	t.Helper()
+	cmd := n.SelfCommand(i, "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"=lookup", envAddr+"="+strings.Join(names, ","))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "lookup %v in host %d: %s", names, i, out)
+	got := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		name, addrs, _ := strings.Cut(strings.TrimSpace(line), " ")
+		got[name] = addrs
+	}
+	return got
+}
+
+// sortedJoin sorts addrs and joins them with spaces.
+func sortedJoin(addrs ...string) string {
+	slices.Sort(addrs)
+	return strings.Join(addrs, " ")
+}
+
+// TestHostNames: with Options.Names, every host resolves every named
+// host's addresses (IPv4 and IPv6) through its own hosts file, which only
+// processes started with Command see; a name in no hosts file is "not
+// found" at once (no DNS is asked); AddName makes a name resolve for the
+// next lookup; Close deletes the files.
+func TestHostNames(t *testing.T) {
+	t.Parallel()
+	n := newNet(t, 3, Options{IPv6: true, Names: []string{"alpha", "beta.example"}})
+	assert.Equal(t, "alpha", n.Name(0))
+	assert.Equal(t, "", n.Name(2))
+	for i := range n.Hosts() {
+		assert.Equal(t, map[string]string{
+			"alpha":        sortedJoin(n.Addr(0), n.Addr6(0)),
+			"beta.example": sortedJoin(n.Addr(1), n.Addr6(1)),
+			"localhost":    "127.0.0.1 ::1",
+			"gamma":        "NOTFOUND",
+		}, lookup(t, n, i, "alpha", "beta.example", "localhost", "gamma"), "host %d", i)
+	}
+
+	etcHosts, err := os.ReadFile("/etc/hosts")
+	require.NoError(t, err)
+	assert.NotContains(t, string(etcHosts), n.Addr(0), "this process's /etc/hosts is untouched")
+
+	before, err := os.Stat(n.HostsFile(1))
+	require.NoError(t, err)
+	require.NoError(t, n.AddName("gamma", n.Addr(2)))
+	require.NoError(t, n.AddName("beta.example", n.Addr6(2)))
+	after, err := os.Stat(n.HostsFile(1))
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(before, after), "AddName keeps the file (its inode is what ip netns exec mounts)")
+	assert.Equal(t, map[string]string{
+		"gamma":        n.Addr(2),
+		"beta.example": sortedJoin(n.Addr(1), n.Addr6(1), n.Addr6(2)),
+	}, lookup(t, n, 1, "gamma", "beta.example"), "AddName adds a name, or addresses to a name")
+
+	assert.ErrorContains(t, n.AddName("-bad", n.Addr(0)), "not a host name")
+	assert.ErrorContains(t, n.AddName("ok", "nonsense"), "not an IP address")
+	assert.ErrorContains(t, n.AddName("ok", "fe80::1%eth0"), "without a zone")
+	assert.ErrorContains(t, n.AddName("ok"), "no address")
+
+	dir := filepath.Dir(n.HostsFile(0))
+	require.NoError(t, n.Close())
+	_, err = os.Stat(dir)
+	assert.ErrorIs(t, err, os.ErrNotExist, "Close deletes the hosts' files")
+	assert.ErrorIs(t, n.AddName("late", n.Addr(0)), ErrClosed)
+}
+
+// TestNetworks: with two networks every host has eth0 and eth1, each with
+// an address of its own subnet; a listener bound to host 0's address on
+// network 1 is reached through it (from host 1's address on network 1),
+// and one bound to network 0's refuses connections to network 1's; Cut
+// takes both links down.
+func TestNetworks(t *testing.T) {
+	t.Parallel()
+	n := newNet(t, 2, Options{IPv6: true, Networks: 2})
+	require.Equal(t, 2, n.Networks())
+	assert.NotEqual(t, n.SubnetOn(0), n.SubnetOn(1))
+	assert.NotEqual(t, n.Subnet6On(0), n.Subnet6On(1))
+	assert.Equal(t, n.Addr(1), n.AddrOn(0, 1))
+	assert.Panics(t, func() { n.AddrOn(2, 0) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, fam := range []struct {
+		name string
+		addr func(k, i int) string
+	}{{"ipv4", n.AddrOn}, {"ipv6", n.Addr6On}} {
+		t.Run(fam.name, func(t *testing.T) {
+			ln, err := n.Listen(0, "tcp", net.JoinHostPort(fam.addr(1, 0), "0"))
+			require.NoError(t, err)
+			defer ln.Close()
+			_, portStr, _ := net.SplitHostPort(ln.Addr().String())
+			c, err := n.DialContext(ctx, 1, "tcp", ln.Addr().String())
+			require.NoError(t, err)
+			defer c.Close()
+			s, err := ln.Accept()
+			require.NoError(t, err)
+			defer s.Close()
+			host, _, _ := net.SplitHostPort(s.RemoteAddr().String())
+			assert.Equal(t, fam.addr(1, 1), host, "the connection came through network 1")
+			roundTrip(t, c, s, "through eth1")
+
+			_, err = n.DialContext(ctx, 1, "tcp", net.JoinHostPort(fam.addr(0, 0), portStr))
+			assert.ErrorIs(t, err, syscall.ECONNREFUSED, "nothing listens on host 0's network-0 address")
+		})
+	}
+	state := func(dev string) string {
+		ls, err := links(n.t, n.Namespace(1), "link", "show", "dev", dev)
+		require.NoError(t, err)
+		require.Len(t, ls, 1)
+		return ls[0].OperState
+	}
+	require.NoError(t, n.Cut(1))
+	assert.NotEqual(t, "UP", state(Interface(0)))
+	assert.NotEqual(t, "UP", state(Interface(1)))
+	require.NoError(t, n.Restore(1))
+	assert.Equal(t, "UP", state(Interface(0)))
+	assert.Equal(t, "UP", state(Interface(1)))
+}
+
+// TestBlock: iptables DROP rules in host 2 make its connection to host 0
+// silent in both directions (no data, EOF or RST before the read
+// deadline) and new connections to it time out, while its link stays up
+// and host 1 is unaffected; after Unblock, TCP retransmits what was
+// written meanwhile.
+func TestBlock(t *testing.T) {
+	t.Parallel()
+	if err := BlockAvailable(); err != nil {
+		t.Skip(err)
+	}
+	n := newNet(t, 3, Options{IPv6: true})
+	for _, fam := range []struct {
+		name string
+		addr func(int) string
+	}{{"ipv4", n.Addr}, {"ipv6", n.Addr6}} {
+		t.Run(fam.name, func(t *testing.T) {
+			// Not parallel: both subtests block the same host.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			ln, err := n.Listen(0, "tcp", net.JoinHostPort(fam.addr(0), "0"))
+			require.NoError(t, err)
+			defer ln.Close()
+			connect := func(from int) (srv, cli net.Conn) {
+				cli, err := n.DialContext(ctx, from, "tcp", ln.Addr().String())
+				require.NoError(t, err)
+				t.Cleanup(func() { cli.Close() })
+				srv, err = ln.Accept()
+				require.NoError(t, err)
+				t.Cleanup(func() { srv.Close() })
+				return srv, cli
+			}
+			srv1, cli1 := connect(1)
+			srv2, cli2 := connect(2)
+			roundTrip(t, cli2, srv2, "ping 2")
+
+			require.NoError(t, n.Block(2))
+			require.NoError(t, n.Block(2), "blocking a blocked host")
+			ls, err := links(n.t, n.Namespace(2), "link", "show", "dev", HostInterface)
+			require.NoError(t, err)
+			assert.Equal(t, "UP", ls[0].OperState, "the link stays up")
+			const up, down = "sent up while blocked", "sent down while blocked"
+			_, err = cli2.Write([]byte(up))
+			require.NoError(t, err, "a write is buffered")
+			_, err = srv2.Write([]byte(down))
+			require.NoError(t, err, "a write is buffered")
+			var wg sync.WaitGroup
+			for _, c := range []net.Conn{srv2, cli2} {
+				wg.Go(func() {
+					require.NoError(t, c.SetReadDeadline(time.Now().Add(1500*time.Millisecond)))
+					buf := make([]byte, 64)
+					k, err := c.Read(buf)
+					assert.Zero(t, k, "data through a blocked host: %q", buf[:k])
+					assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "no EOF, no RST: the read waits for its deadline")
+				})
+			}
+			wg.Go(func() {
+				ln2, err := n.Listen(2, "tcp", net.JoinHostPort(fam.addr(2), "0"))
+				if !assert.NoError(t, err) {
+					return
+				}
+				defer ln2.Close()
+				dctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				c, err := n.DialContext(dctx, 1, "tcp", ln2.Addr().String())
+				if c != nil {
+					c.Close()
+				}
+				var ne net.Error
+				if assert.ErrorAs(t, err, &ne, "a new connection to a blocked host") {
+					assert.True(t, ne.Timeout(), "it times out (no refusal, no unreachable): %v", err)
+				}
+			})
+			roundTrip(t, cli1, srv1, "host 1 is not blocked")
+			roundTrip(t, srv1, cli1, "host 1 is still not blocked")
+			wg.Wait()
+
+			require.NoError(t, n.Unblock(2))
+			require.NoError(t, n.Unblock(2), "unblocking a host that is not blocked")
+			buf := make([]byte, len(up))
+			require.NoError(t, srv2.SetReadDeadline(time.Now().Add(30*time.Second)))
+			_, err = io.ReadFull(srv2, buf)
+			require.NoError(t, err)
+			assert.Equal(t, up, string(buf), "retransmitted after Unblock")
+			buf = make([]byte, len(down))
+			require.NoError(t, cli2.SetReadDeadline(time.Now().Add(30*time.Second)))
+			_, err = io.ReadFull(cli2, buf)
+			require.NoError(t, err)
+			assert.Equal(t, down, string(buf), "retransmitted after Unblock")
+		})
+	}
+	assert.Error(t, n.Block(3))
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,14 +17,9 @@ import (
 )
 
 // ErrInvalidAddress is wrapped by the error Dial returns, without trying to
-// connect, for an address that is not host:port with a host and a numeric
-// port from 1 to 65535.
+// connect, for an address that is not host:port with a host (an IP address
+// or a well-formed host name) and a numeric port from 1 to 65535.
 var ErrInvalidAddress = errors.New("invalid address")
-
-// dnsNotFoundAttempts is how many "no such host" answers Dial takes before
-// giving up: a name may appear in DNS a moment after its host starts, but a
-// mistyped one never will.
-const dnsNotFoundAttempts = 3
 
 // errConnectTimeout is the cause Dial gives its context when ConnectTimeout
 // elapses, to tell that apart from the caller's context ending.
@@ -78,11 +75,13 @@ func NewDialer(cfg Config) *Dialer {
 //   - Context non-nil: the caller's ctx ended first; errors.Is(err,
 //     context.Canceled) or errors.Is(err, context.DeadlineExceeded) holds.
 //   - neither: an attempt failed in a way retrying will not fix, such as
-//     "no such host" dnsNotFoundAttempts times in a row, or permission
-//     denied.
+//     permission denied.
 //
 // In every case Err is the last attempt's error and is wrapped, so
 // errors.Is(err, syscall.ECONNREFUSED) holds when nobody was listening.
+// Unresolved tells that the host name never resolved (the last attempt's
+// error is a *net.DNSError); the message then says so: "name node0 did not
+// resolve within 30s".
 type UnreachableError struct {
 	// Addr is the address dialed.
 	Addr string
@@ -99,6 +98,12 @@ type UnreachableError struct {
 	// the timeout or ctx, it is the error of the attempt before, which says
 	// more about the address.
 	Err error
+	// Unresolved reports that Err is a failure to resolve the host name
+	// (a *net.DNSError): the name did not resolve, so no connection was
+	// even tried.
+	Unresolved bool
+	// ConnectTimeout is the Config's ConnectTimeout.
+	ConnectTimeout time.Duration
 }
 
 func (e *UnreachableError) Error() string {
@@ -113,6 +118,21 @@ func (e *UnreachableError) Error() string {
 	}
 	msg := fmt.Sprintf("tcp: dial %s: unreachable after %d %s over %v (%s)",
 		e.Addr, e.Attempts, plural(e.Attempts, "attempt"), e.Elapsed.Round(time.Millisecond), why)
+	if e.Unresolved {
+		host, _, err := net.SplitHostPort(e.Addr)
+		if err != nil {
+			host = e.Addr
+		}
+		within := e.Elapsed.Round(time.Millisecond)
+		switch {
+		case e.TimedOut && e.ConnectTimeout > 0:
+			within = e.ConnectTimeout
+		case within >= time.Second:
+			within = e.Elapsed.Round(100 * time.Millisecond) // "30s", not "30.001s"
+		}
+		msg = fmt.Sprintf("tcp: dial %s: name %s did not resolve within %v (%d %s; %s)",
+			e.Addr, host, within, e.Attempts, plural(e.Attempts, "attempt"), why)
+	}
 	if e.Err != nil {
 		msg += ": last error: " + e.Err.Error()
 	}
@@ -144,11 +164,13 @@ func plural(n int, word string) string {
 
 // Dial connects to addr, a host:port, and returns a *Conn with the socket
 // options applied. While the address refuses connections, is unreachable
-// or times out, Dial retries with exponential backoff and jitter (from
-// InitialBackoff doubling to MaxBackoff) until it connects, ConnectTimeout
-// elapses, or ctx is done; then it returns an *UnreachableError. An address
-// that is not host:port fails at once with an error wrapping
-// ErrInvalidAddress, an invalid Config with its validation error.
+// or times out, or its host name does not resolve (yet), Dial retries with
+// exponential backoff and jitter (from InitialBackoff doubling to
+// MaxBackoff) until it connects, ConnectTimeout elapses, or ctx is done;
+// then it returns an *UnreachableError. An address that is not host:port,
+// or whose host is neither an IP address nor a well-formed host name, fails
+// at once with an error wrapping ErrInvalidAddress, an invalid Config with
+// its validation error.
 func (d *Dialer) Dial(ctx context.Context, addr string) (transport.Conn, error) {
 	if d.err != nil {
 		return nil, d.err
@@ -168,12 +190,13 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (transport.Conn, error) 
 
 	var (
 		attempts int
-		notFound int
 		last     error
 		backoff  = d.cfg.InitialBackoff
 	)
 	fail := func(timeUp bool) error {
-		e := &UnreachableError{Addr: addr, Attempts: attempts, Elapsed: time.Since(start), Err: last}
+		var dnsErr *net.DNSError
+		e := &UnreachableError{Addr: addr, Attempts: attempts, Elapsed: time.Since(start), Err: last,
+			Unresolved: errors.As(last, &dnsErr), ConnectTimeout: d.cfg.ConnectTimeout}
 		if timeUp {
 			switch {
 			case ctx.Err() != nil:
@@ -212,7 +235,7 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (transport.Conn, error) 
 		if d.attempted != nil {
 			d.attempted(attempts, err)
 		}
-		if !retryable(err, &notFound) {
+		if !retryable(err) {
 			return nil, fail(false)
 		}
 		timer := time.NewTimer(jitter(backoff))
@@ -237,22 +260,60 @@ func checkAddr(addr string) error {
 	if host == "" {
 		return fmt.Errorf("tcp: dial %q: %w: missing host; want host:port", addr, ErrInvalidAddress)
 	}
+	if err := checkHost(host); err != nil {
+		return fmt.Errorf("tcp: dial %q: %w: %v", addr, ErrInvalidAddress, err)
+	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("tcp: dial %q: %w: port %q is not a number from 1 to 65535", addr, ErrInvalidAddress, port)
 	}
 	return nil
 }
 
-// retryable reports whether a failed attempt is worth repeating. notFound
-// counts "no such host" answers so far.
-func retryable(err error, notFound *int) bool {
+// checkHost accepts an IP address (IPv6 with or without a zone) or a
+// well-formed host name: at most 253 characters (a final dot aside) in
+// dot-separated labels of 1 to 63 letters, digits, '-' and '_', none
+// starting or ending with '-'. Such a name may not resolve yet, and Dial
+// waits for it; anything else never will, and Dial says so at once.
+func checkHost(host string) error {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if strings.Contains(host, ":") {
+		return fmt.Errorf("host %q is not a valid IPv6 address", host)
+	}
+	name := strings.TrimSuffix(host, ".")
+	if name == "" || len(name) > 253 {
+		return fmt.Errorf("host name %q must have 1 to 253 characters", host)
+	}
+	digits := true
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("host name %q is malformed: each dot-separated label has 1 to 63 characters and neither starts nor ends with '-'", host)
+		}
+		for _, r := range label {
+			switch {
+			case r >= '0' && r <= '9':
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '-', r == '_':
+				digits = false
+			default:
+				return fmt.Errorf("host name %q is malformed: %q is not a letter, digit, '-' or '_'", host, r)
+			}
+		}
+	}
+	if digits {
+		return fmt.Errorf("host %q is not a valid IPv4 address", host)
+	}
+	return nil
+}
+
+// retryable reports whether a failed attempt is worth repeating. Every
+// failure to resolve the host name is: a name that does not resolve now
+// (no such host, a DNS server that does not answer or fails) may resolve
+// in a moment, as pod names do once Kubernetes' DNS has caught up.
+func retryable(err error) bool {
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
-		if dnsErr.IsNotFound {
-			*notFound++
-			return *notFound < dnsNotFoundAttempts
-		}
-		return dnsErr.IsTimeout || dnsErr.IsTemporary
+		return true
 	}
 	for _, errno := range retryableErrnos {
 		if errors.Is(err, errno) {

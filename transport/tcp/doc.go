@@ -25,14 +25,21 @@
 //
 // Workers often start before the coordinator listens, so Dialer.Dial does
 // not give up at the first refusal. It retries connection refused, reset or
-// aborted, host or network unreachable or down, and timed-out attempts, and
-// DNS answers that are temporary, waiting InitialBackoff after the first
+// aborted, host or network unreachable or down, timed-out attempts, and
+// host names that do not resolve, waiting InitialBackoff after the first
 // failure and twice as long after each next one, up to MaxBackoff, each wait
 // jittered to between half and all of its nominal length so that many
-// workers do not retry in lockstep. A "no such host" answer is retried only
-// a couple of times (a name may appear in DNS just after its host starts; a
-// mistyped one never will); an address that is not host:port fails at once
-// with an error wrapping ErrInvalidAddress; any other error fails at once.
+// workers do not retry in lockstep. Every failure to resolve the name
+// ("no such host", a DNS server that times out or fails) is retried until
+// ConnectTimeout: in a cluster a pod's name often appears in DNS some
+// seconds after the pod starts (a headless Service lists a pod only once it
+// is ready, and DNS caches keep a "no such host" answer for a while), and
+// the worker must wait for it rather than fail. An address that no wait can fix fails at once
+// with an error wrapping ErrInvalidAddress: one that is not host:port, a
+// port that is not a number from 1 to 65535, or a host that is neither an
+// IP address nor a well-formed host name (labels of letters, digits, '-'
+// and '_'; "node 0", "node0!" and "999.1.1.1" are refused). Any other error
+// fails at once.
 //
 // When Dial gives up it returns an *UnreachableError naming the address,
 // the number of attempts, the time spent and the last attempt's error, which
@@ -41,7 +48,10 @@
 // errors.Is(err, os.ErrDeadlineExceeded) holds too), Context when the
 // caller's ctx ended first (then errors.Is(err, context.Canceled) or
 // context.DeadlineExceeded holds), neither when the last error was not worth
-// retrying.
+// retrying. Unresolved is set when the name never resolved, and the message
+// says so:
+//
+//	tcp: dial node0:29500: name node0 did not resolve within 30s (16 attempts; connect timeout elapsed): last error: lookup node0 on 10.96.0.10:53: no such host
 //
 // # Connections
 //

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -331,7 +332,9 @@ func TestDialContextCanceled(t *testing.T) {
 func TestDialInvalidAddress(t *testing.T) {
 	d := NewDialer(testConfig())
 	d.attempted = func(n int, err error) { t.Errorf("attempt %d made for an invalid address: %v", n, err) }
-	for _, addr := range []string{"127.0.0.1", "127.0.0.1:", ":29500", "127.0.0.1:http", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:-1"} {
+	for _, addr := range []string{"127.0.0.1", "127.0.0.1:", ":29500", "127.0.0.1:http", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:-1",
+		"no de:29500", "node0!:29500", "-node0:29500", "node0..svc:29500", "999.1.1.1:29500", "10.0.0:29500", "[fe80::zz]:29500",
+		strings.Repeat("a", 64) + ".example:29500"} {
 		t.Run("addr="+addr, func(t *testing.T) {
 			res := await(t, dialAsync(t.Context(), d, addr), "Dial")
 			if res.err == nil {
@@ -358,21 +361,76 @@ func TestDialInvalidConfig(t *testing.T) {
 	}
 }
 
-// TestDialNoSuchHost resolves through a fake DNS server on loopback that
-// answers every query with NXDOMAIN: Dial must give up after a few attempts,
-// long before ConnectTimeout.
-func TestDialNoSuchHost(t *testing.T) {
-	dns := fakeNXDomainServer(t)
-	cfg := testConfig()
-	cfg.ConnectTimeout = 30 * time.Second
-	d := NewDialer(cfg)
-	d.nd.Resolver = &net.Resolver{
+// fakeResolver returns a resolver that asks only the fake DNS server at
+// addr.
+func fakeResolver(addr string) *net.Resolver {
+	return &net.Resolver{
 		PreferGo: true,
 		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var nd net.Dialer
-			return nd.DialContext(ctx, "udp", dns)
+			return nd.DialContext(ctx, "udp", addr)
 		},
 	}
+}
+
+// TestDialNameResolvesLater: a name that does not resolve at first (the
+// fake DNS server answers NXDOMAIN, as a cluster's DNS does for a pod it
+// has not caught up with) and resolves from the sixth attempt on: Dial
+// keeps retrying through the "no such host" answers and connects.
+func TestDialNameResolvesLater(t *testing.T) {
+	var known atomic.Bool
+	dns := fakeDNSServer(t, &known)
+	cfg := testConfig()
+	cfg.ConnectTimeout = 30 * time.Second
+	l, err := Listen(cfg, 0)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	defer l.Close()
+	acc := acceptAsync(l)
+	d := NewDialer(cfg)
+	d.nd.Resolver = fakeResolver(dns)
+	const unresolved = 5
+	var failed []error
+	d.attempted = func(n int, err error) {
+		failed = append(failed, err)
+		if n == unresolved {
+			known.Store(true) // the name is in DNS from the next attempt on
+		}
+	}
+	res := await(t, dialAsync(t.Context(), d, "node0.invalid.:"+strconv.Itoa(l.Port())), "Dial to a name that resolves later")
+	if res.err != nil {
+		t.Fatalf("Dial: %v (failed attempts: %v)", res.err, failed)
+	}
+	defer res.c.Close()
+	a := await(t, acc, "Accept")
+	if a.err != nil {
+		t.Fatalf("Accept: %v", a.err)
+	}
+	defer a.c.Close()
+	roundTrip(t, res.c, a.c)
+	if len(failed) != unresolved {
+		t.Errorf("%d failed attempts, want %d: %v", len(failed), unresolved, failed)
+	}
+	for i, err := range failed {
+		var dnsErr *net.DNSError
+		if !errors.As(err, &dnsErr) || !dnsErr.IsNotFound {
+			t.Errorf("attempt %d: got %v, want a *net.DNSError with IsNotFound", i+1, err)
+		}
+	}
+}
+
+// TestDialNameNeverResolves: a name that never resolves (NXDOMAIN to
+// every query) is retried until ConnectTimeout, and the error says that
+// the name did not resolve, wrapping the *net.DNSError and
+// os.ErrDeadlineExceeded.
+func TestDialNameNeverResolves(t *testing.T) {
+	var known atomic.Bool
+	dns := fakeDNSServer(t, &known)
+	cfg := testConfig()
+	cfg.ConnectTimeout = 400 * time.Millisecond
+	d := NewDialer(cfg)
+	d.nd.Resolver = fakeResolver(dns)
 	res := await(t, dialAsync(t.Context(), d, "no-such-host.invalid.:29500"), "Dial to an unknown host")
 	if res.err == nil {
 		res.c.Close()
@@ -386,17 +444,26 @@ func TestDialNoSuchHost(t *testing.T) {
 	if !errors.As(res.err, &dnsErr) || !dnsErr.IsNotFound {
 		t.Fatalf("Dial: got %v, want a *net.DNSError with IsNotFound", res.err)
 	}
-	if ue.TimedOut || ue.Context != nil || ue.Attempts != dnsNotFoundAttempts {
-		t.Errorf("TimedOut = %v, Context = %v, Attempts = %d; want false, nil, %d", ue.TimedOut, ue.Context, ue.Attempts, dnsNotFoundAttempts)
+	if !ue.TimedOut || ue.Context != nil || !ue.Unresolved {
+		t.Errorf("TimedOut = %v, Context = %v, Unresolved = %v; want true, nil, true", ue.TimedOut, ue.Context, ue.Unresolved)
 	}
-	if ue.Elapsed > cfg.ConnectTimeout/2 {
-		t.Errorf("gave up after %v; want well before ConnectTimeout (%v)", ue.Elapsed, cfg.ConnectTimeout)
+	if ue.Attempts <= 3 || ue.Elapsed < cfg.ConnectTimeout {
+		t.Errorf("gave up after %d attempts over %v; want retries until ConnectTimeout (%v)", ue.Attempts, ue.Elapsed, cfg.ConnectTimeout)
+	}
+	if !errors.Is(res.err, os.ErrDeadlineExceeded) {
+		t.Errorf("errors.Is(%v, os.ErrDeadlineExceeded) = false", res.err)
+	}
+	want := fmt.Sprintf("tcp: dial no-such-host.invalid.:29500: name no-such-host.invalid. did not resolve within 400ms (%d attempts; connect timeout elapsed): last error: ", ue.Attempts)
+	if !strings.HasPrefix(res.err.Error(), want) || !strings.Contains(res.err.Error(), "no such host") {
+		t.Errorf("error %q\nwant it to start %q and say \"no such host\"", res.err, want)
 	}
 }
 
-// fakeNXDomainServer serves DNS on a loopback UDP port, answering every
-// query "no such name", and returns its address.
-func fakeNXDomainServer(t *testing.T) string {
+// fakeDNSServer serves DNS on a loopback UDP port and returns its address.
+// While known is false it answers every query "no such name" (NXDOMAIN);
+// once it is true, it answers an A query with 127.0.0.1 and any other
+// query with no records.
+func fakeDNSServer(t *testing.T, known *atomic.Bool) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -410,7 +477,7 @@ func fakeNXDomainServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			if resp := nxdomain(buf[:n]); resp != nil {
+			if resp := dnsAnswer(buf[:n], known.Load()); resp != nil {
 				pc.WriteTo(resp, from)
 			}
 		}
@@ -418,9 +485,11 @@ func fakeNXDomainServer(t *testing.T) string {
 	return pc.LocalAddr().String()
 }
 
-// nxdomain builds the NXDOMAIN answer to a DNS query: the query's header
-// and question with QR, RA and RCODE 3 set and no other records.
-func nxdomain(q []byte) []byte {
+// dnsAnswer builds the answer to a DNS query: the query's header and
+// question with QR and RA set, and then either RCODE 3 (NXDOMAIN) and no
+// records, or, when known, RCODE 0 and for an A query (QTYPE 1) one
+// answer, 127.0.0.1.
+func dnsAnswer(q []byte, known bool) []byte {
 	const header = 12
 	if len(q) < header {
 		return nil
@@ -438,6 +507,19 @@ func nxdomain(q []byte) []byte {
 	resp[3] = 0x80 | 3         // RA=1, RCODE=NXDOMAIN
 	resp[4], resp[5] = 0, 1    // QDCOUNT=1
 	clear(resp[6:header])      // no answer, authority or additional records
+	if !known {
+		return resp
+	}
+	resp[3] = 0x80 // RCODE=NOERROR
+	if qtype := int(q[end-4])<<8 | int(q[end-3]); qtype == 1 {
+		resp[7] = 1 // ANCOUNT=1
+		resp = append(resp,
+			0xc0, header, // the name: a pointer to the question's
+			0, 1, 0, 1, // TYPE A, CLASS IN
+			0, 0, 0, 0, // TTL 0
+			0, 4, 127, 0, 0, 1, // RDLENGTH 4, 127.0.0.1
+		)
+	}
 	return resp
 }
 
@@ -523,5 +605,20 @@ func TestWriteBuffers(t *testing.T) {
 	a.Close()
 	if err := await(t, drained, "draining the peer"); err != nil {
 		t.Fatalf("peer read: %v", err)
+	}
+}
+
+// TestCheckAddrValid: what a worker may give as the coordinator passes the
+// syntax check (whether it resolves is Dial's business).
+func TestCheckAddrValid(t *testing.T) {
+	for _, addr := range []string{
+		"127.0.0.1:1", "10.0.0.1:65535", "[::1]:29500", "[fd53:7463:6e65::1]:29500", "[fe80::1%eth0]:29500",
+		"localhost:29500", "node0:29500", "NODE0:29500", "job-0.svc.default.svc.cluster.local:29500",
+		"job-0.svc.default.svc.cluster.local.:29500", "_srv.example:29500", "node0-v6:29500", "0node:29500",
+		strings.Repeat("a", 63) + ".example:29500",
+	} {
+		if err := checkAddr(addr); err != nil {
+			t.Errorf("checkAddr(%q) = %v, want nil", addr, err)
+		}
 	}
 }

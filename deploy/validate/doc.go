@@ -14,5 +14,9 @@
 //     distroless or scratch.
 //
 // Each recipe's environment is also read by starcomm.ConfigFromEnviron, as
-// every rank would read it. Run it from this directory: go test ./...
+// every rank would read it, and, where root, unshare and ip are available,
+// the Kubernetes and Compose jobs run: four starbench processes with the
+// recipe's environment and arguments in a network namespace of their own
+// whose /etc/hosts maps rank 0's name to its loopback. Run it from this
+// directory: go test ./...
 package validate

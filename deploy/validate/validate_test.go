@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/cli"
@@ -254,47 +255,95 @@ func mustAbs(t *testing.T, p string) string {
 	return a
 }
 
-// TestDockerfile: the final stage is distroless static or scratch and runs
-// the binary the build stage makes; the build stage's go build, run as
-// written, makes a static binary.
-func TestDockerfile(t *testing.T) {
+// dockerfileStages is what TestDockerfile and the runs read of the
+// Dockerfile: its FROM, RUN and COPY arguments and its ENTRYPOINT.
+type dockerfileStages struct {
+	froms, runs, copies []string
+	entrypoint          string
+}
+
+func readDockerfile(t *testing.T) dockerfileStages {
+	t.Helper()
 	f, err := os.Open(dockerfile)
 	require.NoError(t, err)
 	defer f.Close()
-	var froms, runs, copies []string
-	var entrypoint string
+	var d dockerfileStages
 	for sc := bufio.NewScanner(f); sc.Scan(); {
 		l := strings.TrimSpace(sc.Text())
 		instr, rest, _ := strings.Cut(l, " ")
 		switch instr {
 		case "FROM":
-			froms = append(froms, rest)
+			d.froms = append(d.froms, rest)
 		case "RUN":
-			runs = append(runs, rest)
+			d.runs = append(d.runs, rest)
 		case "COPY":
-			copies = append(copies, rest)
+			d.copies = append(d.copies, rest)
 		case "ENTRYPOINT":
-			entrypoint = rest
+			d.entrypoint = rest
 		}
 	}
-	require.Len(t, froms, 2, "a build stage and the image")
-	base, _, _ := strings.Cut(froms[1], " ")
-	assert.True(t, base == "scratch" || strings.HasPrefix(base, "gcr.io/distroless/static"), "final base %q: distroless static or scratch", base)
-	assert.Equal(t, `["/starbench"]`, entrypoint)
-	assert.Contains(t, copies, "--from=build /out/starbench /starbench")
-	i := slices.IndexFunc(runs, func(r string) bool { return strings.Contains(r, "go build") })
+	return d
+}
+
+// buildCommand is the build stage's go build.
+func (d dockerfileStages) buildCommand(t *testing.T) string {
+	t.Helper()
+	i := slices.IndexFunc(d.runs, func(r string) bool { return strings.Contains(r, "go build") })
 	require.GreaterOrEqual(t, i, 0, "no go build in the build stage")
-	build := runs[i]
-	require.Contains(t, build, "CGO_ENABLED=0")
+	return d.runs[i]
+}
+
+// buildAsDockerfile runs the build stage's command as written, from the
+// repository's root, with /out/ moved to dir, and returns the binary.
+func buildAsDockerfile(t *testing.T, dir string) string {
+	t.Helper()
+	build := readDockerfile(t).buildCommand(t)
 	require.Contains(t, build, "-o /out/starbench")
-	// Run the stage's command as written, from the repository's root, with
-	// /out/ moved to a temporary directory.
-	out := t.TempDir()
-	cmd := exec.Command("sh", "-c", strings.ReplaceAll(build, "/out/", out+"/"))
+	cmd := exec.Command("sh", "-c", strings.ReplaceAll(build, "/out/", dir+"/"))
 	cmd.Dir = repoRoot
 	b, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s: %s", build, b)
-	exe, err := elf.Open(filepath.Join(out, "starbench"))
+	return filepath.Join(dir, "starbench")
+}
+
+var (
+	built     sync.Mutex
+	starbench string // the binary buildAsDockerfile made, once built
+)
+
+// starbenchBinary returns the image's binary, built once per test run.
+func starbenchBinary(t *testing.T) string {
+	t.Helper()
+	built.Lock()
+	defer built.Unlock()
+	if starbench == "" {
+		dir, err := os.MkdirTemp("", "starbench-image-")
+		require.NoError(t, err)
+		starbench = buildAsDockerfile(t, dir)
+	}
+	return starbench
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if starbench != "" {
+		_ = os.RemoveAll(filepath.Dir(starbench))
+	}
+	os.Exit(code)
+}
+
+// TestDockerfile: the final stage is distroless static or scratch and runs
+// the binary the build stage makes; the build stage's go build, run as
+// written, makes a static binary.
+func TestDockerfile(t *testing.T) {
+	d := readDockerfile(t)
+	require.Len(t, d.froms, 2, "a build stage and the image")
+	base, _, _ := strings.Cut(d.froms[1], " ")
+	assert.True(t, base == "scratch" || strings.HasPrefix(base, "gcr.io/distroless/static"), "final base %q: distroless static or scratch", base)
+	assert.Equal(t, `["/starbench"]`, d.entrypoint)
+	assert.Contains(t, d.copies, "--from=build /out/starbench /starbench")
+	require.Contains(t, d.buildCommand(t), "CGO_ENABLED=0")
+	exe, err := elf.Open(starbenchBinary(t))
 	require.NoError(t, err)
 	defer exe.Close()
 	for _, p := range exe.Progs {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -255,4 +256,34 @@ func launcherFreeEnv() []string {
 		env = append(env, kv)
 	}
 	return env
+}
+
+// TestLaunchersMpirun: four ranks started by Open MPI's own mpirun, which
+// sets OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE, form one job over
+// real TCP with no COBRE_TCP_RANK or COBRE_TCP_SIZE.
+func TestLaunchersMpirun(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("Open MPI's mpirun is not installed (Debian: openmpi-bin; .ci/run installs it):", err)
+	}
+	const size = 4
+	cmd := exec.Command(mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-n", strconv.Itoa(size), os.Args[0], "-test.run=^$")
+	cmd.Env = append(launcherFreeEnv(), envLauncherChild+"=1", "COBRE_COMM_BACKEND=tcp",
+		"COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_BIND_ADDR=127.0.0.1", "COBRE_TCP_PORT="+strconv.Itoa(freePort(t)), "GOMAXPROCS=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "mpirun: %s", stderr.String())
+	var lines []string
+	for l := range strings.Lines(string(out)) {
+		if strings.HasPrefix(l, "rank=") {
+			lines = append(lines, l)
+		}
+	}
+	slices.Sort(lines)
+	var want []string
+	for r := range size {
+		want = append(want, fmt.Sprintf("rank=%d size=%d from=%q sum=6\n", r, size, "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE"))
+	}
+	assert.Equal(t, want, lines, "mpirun's output:\n%s", out)
 }

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -100,15 +101,37 @@ func TestSlurmScriptOptions(t *testing.T) {
 	}
 }
 
-// buildStarbench builds the static starbench the recipes run.
-func buildStarbench(t *testing.T, dir string) string {
+var (
+	built     sync.Mutex
+	starbench string // the binary buildStarbench made, once built
+)
+
+// buildStarbench builds the static starbench the recipes run, once per
+// test run.
+func buildStarbench(t *testing.T) string {
 	t.Helper()
+	built.Lock()
+	defer built.Unlock()
+	if starbench != "" {
+		return starbench
+	}
+	dir, err := os.MkdirTemp("", "starbench-slurm-")
+	require.NoError(t, err)
 	exe := filepath.Join(dir, "starbench")
 	cmd := exec.Command("go", "build", "-trimpath", "-o", exe, "../cmd/starbench")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
+	starbench = exe
 	return exe
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if starbench != "" {
+		_ = os.RemoveAll(filepath.Dir(starbench))
+	}
+	os.Exit(code)
 }
 
 // runSbatch runs the batch script as Slurm would run it on the job's first
@@ -167,8 +190,7 @@ func checkResults(t *testing.T, out string) {
 // host: the nodelist names this host alone.
 func TestSlurmScriptLocal(t *testing.T) {
 	dir := t.TempDir()
-	exe := buildStarbench(t, dir)
-	out := runSbatch(t, dir, exe, "localhost", []string{"localhost"}, nil)
+	out := runSbatch(t, dir, buildStarbench(t), "localhost", []string{"localhost"}, nil)
 	checkResults(t, out)
 }
 
@@ -199,7 +221,6 @@ func TestSlurmScriptHosts(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(etc, "hosts"), []byte(hosts.String()), 0o644))
 	}
 	dir := t.TempDir()
-	exe := buildStarbench(t, dir)
-	out := runSbatch(t, dir, exe, "node[0-3]", nodes, namespaces)
+	out := runSbatch(t, dir, buildStarbench(t), "node[0-3]", nodes, namespaces)
 	checkResults(t, out)
 }

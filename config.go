@@ -102,6 +102,12 @@ type Config struct {
 	Rank int
 	// Size is the number of ranks (COBRE_TCP_SIZE).
 	Size int
+	// RankFrom names the variables Rank and Size were read from when
+	// COBRE_TCP_RANK was unset and a launcher's stood in for them
+	// (launchers.go), such as "SLURM_PROCID, SLURM_NTASKS"; empty when they
+	// came from COBRE_TCP_RANK and COBRE_TCP_SIZE or from Go. New names it
+	// in start-up errors.
+	RankFrom string
 	// Timeout bounds every read and write of a collective and detects
 	// crashed, hung and cut-off ranks (COBRE_TCP_TIMEOUT_SECS, default
 	// star.DefaultConfig's, 60 s).
@@ -373,6 +379,11 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 // the rules of the backend they select.
 func configFromVars(lookup func(string) (string, bool)) (Config, []error) {
 	c := DefaultConfig()
+	lookup, src, err := fromLaunchers(lookup)
+	if err != nil {
+		return c, []error{err}
+	}
+	c.RankFrom = src.from()
 	values := map[string]string{} // the non-blank variables, trimmed
 	bad := map[string]error{}     // their parse errors
 	for i := range variables {
@@ -385,7 +396,7 @@ func configFromVars(lookup func(string) (string, bool)) (Config, []error) {
 		if err := v.parse(&c, s); err != nil {
 			var na notAllowed
 			if errors.As(err, &na) {
-				err = &InvalidConfigurationError{Var: v.name, Value: s, Allowed: string(na)}
+				err = &InvalidConfigurationError{Var: src.name(v.name), Value: s, Allowed: string(na) + src.note(v.name)}
 			}
 			bad[v.name] = err
 		}
@@ -400,11 +411,11 @@ func configFromVars(lookup func(string) (string, bool)) (Config, []error) {
 			invalid = append(invalid, bad[v.name])
 		}
 	}
-	for _, p := range c.rankRules(b, envName) {
+	for _, p := range c.rankRules(b, src.name) {
 		if slices.ContainsFunc(p.involves, func(n string) bool { _, set := values[n]; return !set || bad[n] != nil }) {
 			continue
 		}
-		bad[p.name] = &InvalidConfigurationError{Var: p.name, Value: values[p.name], Allowed: p.allowed}
+		bad[p.name] = &InvalidConfigurationError{Var: src.name(p.name), Value: values[p.name], Allowed: p.allowed + src.note(p.name)}
 		invalid = append(invalid, bad[p.name])
 	}
 	rank := rankGood
@@ -463,9 +474,7 @@ func (c Config) rankRules(b string, name func(string) string) []rankProblem {
 	return ps
 }
 
-// envName and fieldName write a variable's name as ConfigFromEnv's and
-// Validate's errors show it.
-func envName(name string) string   { return name }
+// fieldName writes a variable's name as Validate's errors show it.
 func fieldName(name string) string { return lookupVariable(name).field }
 
 // goValue writes v's Config field as Validate's errors show it.

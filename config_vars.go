@@ -30,7 +30,7 @@ var variables = []variable{
 	{name: EnvPort, field: "Port", reads: tcpOnly, check: portInRange, codec: whole(1, 65535, "must be a TCP port in 1..65535", func(c *Config) *int { return &c.Port }),
 		meaning: "rank 0's TCP port, 1..65535, the same on every rank"},
 	{name: EnvRank, field: "Rank", reads: ranked, need: requiredByRanked, check: rule(func(c Config) bool { return c.Rank >= 0 }, "must be >= 0"), codec: whole(0, math.MaxInt32, "must be an integer >= 0 and < "+EnvSize, func(c *Config) *int { return &c.Rank }),
-		meaning: "this process's rank, 0..size-1; 0 is the coordinator (`tcp`) or the leader of shared-memory regions (`shm`)"},
+		meaning: "this process's rank, 0..size-1; 0 is the coordinator (`tcp`) or the leader of shared-memory regions (`shm`). Unset: the rank and size of the launcher that started the process (`OMPI_COMM_WORLD_RANK`, `SLURM_PROCID`, `JOB_COMPLETION_INDEX`; see \"Rank and size from Slurm, Kubernetes or mpirun\")"},
 	{name: EnvSize, field: "Size", reads: ranked, need: requiredByRanked, check: sizeAtLeast1, codec: whole(1, math.MaxInt32, "must be an integer >= 1", func(c *Config) *int { return &c.Size }),
 		meaning: "number of ranks, >= 1, the same on every rank"},
 	{name: EnvTimeoutSecs, field: "Timeout", reads: tcpOnly, check: rule(func(c Config) bool { return c.Timeout > 0 }, "must be positive"), codec: seconds(func(c *Config) *time.Duration { return &c.Timeout }),

@@ -2,6 +2,7 @@ package starcomm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -59,18 +60,30 @@ func recordFailure(path string, f star.Failure, size int) {
 //     it returns once every rank has joined, within ConnectTimeout.
 //
 // A bad cfg is an *InvalidConfigurationError or *comm.InvalidBackendError;
-// a failed start-up is a *comm.InitializationFailedError.
+// a failed start-up is a *comm.InitializationFailedError, whose message
+// names cfg.RankFrom when a launcher's variables gave the rank ("rank 2 of
+// 4 from SLURM_PROCID, SLURM_NTASKS: ...").
 func New(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	var c comm.Communicator
+	var err error
 	switch cfg.resolve() {
 	case BackendLocal:
 		return comm.NewLocal(), nil
 	case BackendShm:
-		return newShm(ctx, cfg)
+		c, err = newShm(ctx, cfg)
+	default:
+		c, err = newTCP(ctx, cfg)
 	}
-	return newTCP(ctx, cfg)
+	var ife *comm.InitializationFailedError
+	if err != nil && cfg.RankFrom != "" && errors.As(err, &ife) {
+		// Say where the rank came from: a launcher's variables, not
+		// COBRE_TCP_RANK (see Config.RankFrom).
+		ife.Err = fmt.Errorf("rank %d of %d from %s: %w", cfg.Rank, cfg.Size, cfg.RankFrom, ife.Err)
+	}
+	return c, err
 }
 
 // newShm starts the shm backend. Its first failure is recorded in the

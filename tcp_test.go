@@ -44,6 +44,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) == "1" {
 		os.Exit(conformanceChild())
 	}
+	if os.Getenv(envLauncherChild) == "1" {
+		os.Exit(launcherChild())
+	}
 	if mode := os.Getenv(envChaosChild); mode != "" {
 		os.Exit(chaosChild(mode))
 	}

@@ -117,7 +117,7 @@ func createRegionFile(path string, n int) (int, int64, int64) {
 	free := int64(math.MaxInt64)
 	var st unix.Statfs_t
 	if err := unix.Statfs(dirOf(path), &st); err == nil {
-		free = int64(st.Bavail) * st.Bsize
+		free = int64(st.Bavail) * int64(st.Bsize) //nolint:unconvert // Bsize is int32 on 32-bit Linux
 		if int64(n) > free {
 			return -1, int64(unix.ENOSPC), free
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -81,13 +82,13 @@ func TestPosixRegionTooLarge(t *testing.T) {
 	defer closeAll(cs)
 	errs := testkit.RunRanks(asComms(cs), func(c comm.Communicator) error {
 		p := shm.For(c)
-		for _, count := range []int{1<<17 + 1, 1 << 60} {
+		for _, count := range []int{1<<17 + 1, math.MaxInt / 8} {
 			_, err := shm.Create[float64](p, count)
 			var af *comm.AllocationFailedError
 			if !errors.As(err, &af) {
 				return fmt.Errorf("%d float64: %v, want AllocationFailedError", count, err)
 			}
-			if want := count * 8; af.RequestedBytes != want && count < 1<<60 {
+			if want := count * 8; af.RequestedBytes != want && count < math.MaxInt/8 {
 				return fmt.Errorf("RequestedBytes %d, want %d", af.RequestedBytes, want)
 			}
 		}

@@ -600,7 +600,7 @@ func (c *Comm) run(ctx context.Context, op string, check func() error, body func
 // frameLimit checks that a payload of n bytes fits a frame.
 func frameLimit(op string, n int) error {
 	if uint64(n)+2 > MaxFrameLen {
-		return &comm.InvalidArgumentError{Operation: op, Message: fmt.Sprintf("payload of %d bytes exceeds the wire limit of %d bytes per frame", n, MaxFrameLen-2)}
+		return &comm.InvalidArgumentError{Operation: op, Message: fmt.Sprintf("payload of %d bytes exceeds the wire limit of %d bytes per frame", n, uint64(MaxFrameLen-2))}
 	}
 	return nil
 }

@@ -6,6 +6,10 @@
 // (transport/tcp), in-memory pipes (transport/pipe) and the fault injector
 // (transport/faulty).
 //
+// docs/protocol.md, at the root of the repository, describes the wire for
+// implementers, with example bytes that TestDocsGolden checks against this
+// package.
+//
 // # Wire format
 //
 // Every message is a frame: LEN (u32 big-endian, the byte count of TAG +

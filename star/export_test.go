@@ -1,5 +1,7 @@
 package star
 
+import "github.com/starcomm/starcomm/comm"
+
 // SetTestHook sets the package's test hook (see hooks.go) for the tests
 // of package star_test, and returns a function that removes it. Set it
 // before any communicator starts, remove it after every one has closed.
@@ -15,3 +17,14 @@ const HookRegistered = hookRegistered
 // HookRelay is the hook point at which the coordinator begins a relayed
 // allgatherv.
 const HookRelay = hookRelay
+
+// AbortPayload is abortPayload: the payload of an Abort frame blaming rank
+// for a failure of op, with reason for people and cause classified.
+var AbortPayload = abortPayload
+
+// Fingerprint returns the fingerprint of collective seq as the desync check
+// sends it (kind 2 on the control session's message stream).
+func Fingerprint(seq uint64, op string, dt comm.DType, n int, counts []int, root int, rop comm.ReduceOp) []byte {
+	cl := &call{op: op, dt: dt, n: n, counts: counts, root: root, rop: rop}
+	return cl.fingerprint(nil, seq)
+}

@@ -38,7 +38,7 @@ func FuzzHandshake(f *testing.F) {
 		star.EncodeHandshake(0, 3),
 		star.EncodeHandshake(3, 3),
 		star.EncodeHandshake(1, 4),
-		star.EncodeHandshake(1<<32-1, 3),
+		star.EncodeHandshake(int(maxU32), 3),
 		{},                              // silent
 		{0, 0, 0},                       // truncated header
 		{0, 0, 0, 9, star.TagHandshake}, // header, no payload

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
@@ -256,7 +257,8 @@ func FuzzParseHeader(f *testing.F) {
 	f.Add(EncodeHandshake(0, 3), uint16(2), uint64(0))
 	f.Add(EncodeHandshake(3, 3), uint16(2), uint64(0))
 	f.Add(EncodeHandshake(1, 4), uint16(2), uint64(0))
-	f.Add(EncodeHandshake(1<<32-1, 1<<32-1), uint16(0xFFFF), uint64(0))
+	u32max := uint32(math.MaxUint32) // a variable: the test also builds where int has 32 bits
+	f.Add(EncodeHandshake(int(u32max), int(u32max)), uint16(0xFFFF), uint64(0))
 	f.Add(EncodeHandshake(1, 3)[5:], uint16(2), uint64(0)) // the payload alone
 	f.Add([]byte{0, 0, 0, 0, 8}, uint16(0), uint64(0))
 	f.Add([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0x0B}, uint16(0), uint64(0))
@@ -272,7 +274,7 @@ func FuzzParseHeader(f *testing.F) {
 				if !errors.Is(err, ErrZeroLength) || n != -1 {
 					t.Fatalf("LEN 0: payload %d, err %v", n, err)
 				}
-			case err != nil || n != int(lenField)-1 || n < 0 || n > MaxFrameLen-1:
+			case err != nil || n != int(lenField)-1 || n < 0 || uint64(n) > MaxFrameLen-1:
 				t.Fatalf("LEN %d: payload %d, err %v", lenField, n, err)
 			default:
 				var h [HeaderSize]byte
@@ -331,7 +333,8 @@ func FuzzAbortReason(f *testing.F) {
 	f.Add("rank ", 1, -1)
 	f.Add("rank x", 2, 5)
 	f.Add("rank -1 failed", 1, -7)
-	f.Add("rank 99999999999999999999999 failed", 0, 1<<62)
+	big := int64(1) << 62 // a variable: the test also builds where int has 32 bits
+	f.Add("rank 99999999999999999999999 failed", 0, int(big))
 	f.Add("rank 0012 failed", 4, 12)
 	f.Add("rank ١٢ failed", 1, 2) // Arabic-Indic digits are not ranks
 	f.Add("Rank 3 failed", 1, 2)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -92,7 +93,7 @@ func hostileClaims() []hostileClaim {
 	never := func(int) bool { return false }
 	byTag := func(int) int { return -2 }
 	return []hostileClaim{
-		{"len=4GiB-1", fixed(0xFFFFFFFF), func(int) int { return 1<<32 - 2 }, never},
+		{"len=4GiB-1", fixed(0xFFFFFFFF), func(int) int { return int(maxU32 - 1) }, never},
 		{"len=2GiB", fixed(0x80000000), func(int) int { return 1<<31 - 1 }, never},
 		{"len=4MiB+2", fixed(4<<20 + 2), func(int) int { return 4<<20 + 1 }, never},
 		{"len=one-too-many", func(want byte, e int) []byte { return header(uint32(e+2), want) }, func(e int) int { return e + 1 }, never},
@@ -640,7 +641,7 @@ var rogueHandshakes = []struct {
 	want string // "" when the connection may just be dropped
 }{
 	{"rank=out-of-range", star.EncodeHandshake(7, 4), "rank 7 out of range"},
-	{"rank=2^32-1", star.EncodeHandshake(1<<32-1, 4), "out of range"},
+	{"rank=2^32-1", star.EncodeHandshake(int(maxU32), 4), "out of range"},
 	{"rank=0", star.EncodeHandshake(0, 4), "rank 0 is the coordinator"},
 	{"size=wrong", star.EncodeHandshake(1, 5), "size mismatch"},
 	{"size=0", star.EncodeHandshake(1, 0), "size mismatch"},
@@ -797,3 +798,7 @@ func TestRoguesBeforeWorkers(t *testing.T) {
 		require.NoError(t, errors.Join(errs...))
 	})
 }
+
+// maxU32 is 2^32-1 as a variable, so that the tests also build where int
+// has 32 bits (int(maxU32) is then -1, the same bytes on the wire).
+var maxU32 uint32 = math.MaxUint32

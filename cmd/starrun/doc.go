@@ -135,4 +135,16 @@
 // starrun is meant for Unix-like systems: elsewhere it builds, but there
 // are no process groups or signals to forward, and stopping a rank kills
 // it outright.
+//
+// # Platforms
+//
+// starrun (like the whole module) builds on every platform Go supports but
+// plan9, with no build tags fencing it: the Unix parts of the launcher are
+// in files built for unix, the rest in files built for !unix
+// (internal/launch). .ci/crossvet runs go vet, which type-checks every
+// package and its tests, for every platform go tool dist list names but
+// plan9 and the ports the go command refuses without cgo (ios, and
+// android but arm64). plan9 is left out: its syscall package has no
+// errno values (ECONNRESET, EPIPE, ...), which the transports' error
+// classes are built on.
 package main

@@ -27,14 +27,14 @@ var errConnectTimeout = errors.New("tcp: connect timeout")
 
 // retryableErrnos are the connect errors that may go away by themselves:
 // nobody listens yet, the route or host is not up yet, or the attempt timed
-// out or was cut off.
+// out or was cut off. EHOSTDOWN is added where the platform defines it
+// (errno_hostdown.go).
 var retryableErrnos = []error{
 	syscall.ECONNREFUSED,
 	syscall.ECONNRESET,
 	syscall.ECONNABORTED,
 	syscall.EHOSTUNREACH,
 	syscall.ENETUNREACH,
-	syscall.EHOSTDOWN,
 	syscall.ENETDOWN,
 	syscall.ETIMEDOUT,
 	syscall.EADDRNOTAVAIL, // ephemeral ports exhausted, or the local address not up yet

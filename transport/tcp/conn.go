@@ -30,11 +30,11 @@ type Conn struct {
 	rmu       sync.Mutex
 	rp        []byte
 	rn        int
-	rerr      error
+	rerr      syscall.Errno
 	pwmu      sync.Mutex
 	wp        []byte
 	wn        int
-	werr      error
+	werr      syscall.Errno
 	// yields counts Yield calls (one poller at a time calls Yield).
 	yields uint
 

@@ -20,14 +20,15 @@ func (c *Conn) ReadNow(p []byte) (int, error) {
 		return 0, nil
 	}
 	c.rmu.Lock()
-	defer c.rmu.Unlock()
 	c.rp = p
 	err := c.rc.Read(c.readStep)
 	c.rp = nil
-	if err == nil && c.rerr == nil && c.rn == 0 {
+	n, errno := c.rn, c.rerr
+	c.rmu.Unlock()
+	if err == nil && errno == 0 && n == 0 {
 		return 0, io.EOF // read(2) returned 0: the peer closed
 	}
-	return c.nowResult("read", c.rn, c.rerr, err)
+	return c.nowResult("read", n, errno, err)
 }
 
 // WriteNow implements transport.Poller: it writes as much of p as the
@@ -39,24 +40,25 @@ func (c *Conn) WriteNow(p []byte) (int, error) {
 		return 0, nil
 	}
 	c.pwmu.Lock()
-	defer c.pwmu.Unlock()
 	c.wp = p
 	err := c.rc.Write(c.writeStep)
 	c.wp = nil
-	return c.nowResult("write", c.wn, c.werr, err)
+	n, errno := c.wn, c.werr
+	c.pwmu.Unlock()
+	return c.nowResult("write", n, errno, err)
 }
 
 // nowResult turns the outcome of one non-blocking system call into
 // ReadNow's and WriteNow's results: err from RawConn (a passed deadline, a
 // closed Conn) as it is, EAGAIN as 0 bytes and no error, another errno
 // wrapped as *net.TCPConn's methods wrap it.
-func (c *Conn) nowResult(op string, n int, errno, err error) (int, error) {
+func (c *Conn) nowResult(op string, n int, errno syscall.Errno, err error) (int, error) {
 	switch {
 	case err != nil:
 		return 0, err
 	case errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK:
 		return 0, nil
-	case errno != nil:
+	case errno != 0:
 		return 0, c.opError(op, errno)
 	}
 	return n, nil
@@ -64,23 +66,23 @@ func (c *Conn) nowResult(op string, n int, errno, err error) (int, error) {
 
 // readOnce is what ReadNow hands to RawConn.Read: one read, never parking.
 func (c *Conn) readOnce(fd uintptr) bool {
-	c.rn, c.rerr = once(syscall.Read, fd, c.rp)
+	c.rn, c.rerr = once(sysRead, fd, c.rp)
 	return true
 }
 
 // writeOnce is what WriteNow hands to RawConn.Write: one write, never
 // parking.
 func (c *Conn) writeOnce(fd uintptr) bool {
-	c.wn, c.werr = once(syscall.Write, fd, c.wp)
+	c.wn, c.werr = once(sysWrite, fd, c.wp)
 	return true
 }
 
 // once makes one read(2) or write(2), again if a signal interrupted it.
-func once(sys func(int, []byte) (int, error), fd uintptr, p []byte) (int, error) {
+func once(sys func(int, []byte) (int, syscall.Errno), fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
-		n, err := sys(int(fd), p)
-		if err != syscall.EINTR {
-			return max(n, 0), err
+		n, errno := sys(int(fd), p)
+		if errno != syscall.EINTR {
+			return max(n, 0), errno
 		}
 	}
 }

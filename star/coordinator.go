@@ -264,7 +264,7 @@ func (co *coordinator) scatter(tag byte, parts [][]byte, skip int) error {
 		return co.fan(todo, request{kind: reqWrite, tag: tag, parts: parts}, false)
 	}
 	var first error
-	co.stage = stageFrame(co.stage, tag, parts)
+	co.stage = stageFrame(co.stage, tag, nil, parts)
 	now := time.Now()
 	for _, l := range co.workers {
 		if l.peer == skip {

@@ -60,6 +60,13 @@ type link struct {
 	rhave  int
 	rpart  int
 	roff   int
+	// rstage receives a small frame whole (see pollStaged); carry holds
+	// what it read past a header that turned out not to be the one
+	// expected, for readFull to take first (an Abort's reason).
+	rstage []byte
+	carry  []byte
+	// wstage holds a small frame staged for one write (see sendFrame).
+	wstage []byte
 
 	whdr  [HeaderSize + 1]byte
 	wbufs [][]byte
@@ -277,6 +284,26 @@ func (l *link) writeFrame(tag byte, extra []byte, parts ...[]byte) error {
 	return nil
 }
 
+// sendFrame is writeFrame for a worker's frame of a collective: a small
+// frame on a link that can be polled is staged whole in l.wstage and goes
+// out with one system call, as far as the socket takes it at once, and the
+// rest, if any, waiting under the write timeout.
+func (l *link) sendFrame(tag byte, extra []byte, parts ...[]byte) error {
+	n := HeaderSize + len(extra)
+	for _, p := range parts {
+		n += len(p)
+	}
+	if l.poller == nil || n > stageMax {
+		return l.writeFrame(tag, extra, parts...)
+	}
+	l.wstage = stageFrame(l.wstage, tag, extra, parts)
+	done, err := l.postFrame(l.wstage)
+	if err != nil || done {
+		return err
+	}
+	return l.finishWrite()
+}
+
 // writeAll writes hdr and parts, at most chunk bytes per call, each call
 // armed. With a BuffersWriter each call is one writev.
 func (l *link) writeAll(hdr []byte, parts [][]byte) error {
@@ -342,8 +369,14 @@ func (l *link) writeBatch(batch [][]byte) error {
 	return nil
 }
 
-// readFull fills p, at most chunk bytes per armed deadline.
+// readFull fills p, at most chunk bytes per armed deadline, first from
+// what a staged read carried past its header.
 func (l *link) readFull(p []byte) error {
+	if len(l.carry) > 0 {
+		k := copy(p, l.carry)
+		l.carry = l.carry[k:]
+		p = p[k:]
+	}
 	for len(p) > 0 {
 		n := min(len(p), chunk)
 		if err := l.arm(false); err != nil {
@@ -370,7 +403,9 @@ func (l *link) beginRead(want byte, parts [][]byte) {
 
 // checkHeader checks the header just read against the frame expected. An
 // Abort or Shutdown frame is turned into its error; any other tag, or a
-// length that differs, is refused without reading the payload.
+// length that differs, is refused without reading the payload (beyond what
+// a staged read took with the header: at most the size of the frame
+// expected, see pollStaged).
 func (l *link) checkHeader() error {
 	n, tag, err := ParseHeader(l.rhdr[:])
 	if err == ErrZeroLength {
@@ -444,6 +479,13 @@ func (l *link) pollReadAt(now time.Time) (done bool, got int, err error) {
 	if err := l.armAt(false, now); err != nil {
 		return false, 0, err
 	}
+	if l.rhave == 0 {
+		if size := l.frameSize(); size > HeaderSize && size <= stageMax {
+			// All that has arrived of the frame, in one read: the
+			// socket has nothing more of it now.
+			return l.pollStaged(size)
+		}
+	}
 	for l.rhave < HeaderSize {
 		n, err := l.poller.ReadNow(l.rhdr[l.rhave:])
 		l.rhave += n
@@ -480,6 +522,63 @@ func (l *link) pollReadAt(now time.Time) (done bool, got int, err error) {
 	}
 	l.endRead()
 	return true, got, nil
+}
+
+// frameSize is the size, header included, of the frame begun by beginRead.
+func (l *link) frameSize() int {
+	n := HeaderSize
+	for _, p := range l.rparts {
+		n += len(p)
+	}
+	return n
+}
+
+// pollStaged begins polling a frame of want bytes (header included, at
+// most stageMax) none of which has arrived: it reads as much of it as has
+// arrived with one system call into l.rstage, never more than the frame
+// expected, and moves it to the header and parts, so that pollReadAt goes
+// on from there. It reports whether the frame is complete and how many
+// bytes it took (0: nothing had arrived, or the frame is not staged).
+// When the header is not the one expected, what was read past it stays in
+// l.carry for readFull.
+func (l *link) pollStaged(want int) (done bool, got int, err error) {
+	if cap(l.rstage) < want {
+		l.rstage = make([]byte, want) // the largest small frame yet: once per link and size
+	}
+	buf := l.rstage[:want]
+	n, err := l.poller.ReadNow(buf)
+	if err != nil {
+		return false, 0, l.ioErr(err, false)
+	}
+	if n == 0 {
+		return false, 0, nil
+	}
+	l.rhave = copy(l.rhdr[:], buf[:n])
+	if l.rhave < HeaderSize {
+		return false, n, nil
+	}
+	rest := buf[HeaderSize:n]
+	l.carry = rest
+	if err := l.checkHeader(); err != nil {
+		return false, n, err
+	}
+	l.carry = nil
+	for len(rest) > 0 {
+		k := copy(l.rparts[l.rpart][l.roff:], rest)
+		rest = rest[k:]
+		l.roff += k
+		if l.roff == len(l.rparts[l.rpart]) {
+			l.rpart, l.roff = l.rpart+1, 0
+		}
+	}
+	for l.rpart < len(l.rparts) && len(l.rparts[l.rpart]) == 0 {
+		l.rpart++
+	}
+	if l.rpart == len(l.rparts) {
+		l.endRead()
+		return true, n, nil
+	}
+	return false, n, nil
 }
 
 // readFrame reads a frame that must have tag want and a payload of exactly

@@ -8,6 +8,14 @@ import "time"
 // polling them would spend a core that the copies need.
 const pollMax = 256 << 10
 
+// stageMax is the largest frame, header included, that a poller reads
+// with one system call into the link's staging buffer and then copies to
+// its parts, and that a worker stages and sends with one system call: a
+// copy of this size costs less than the system calls it saves (a small
+// frame's header, payload parts and, for allreduce, op byte would
+// otherwise each take a read, and its writev more work than a write).
+const stageMax = 16 << 10
+
 // pollLinks polls the frames begun on links (see beginRead) in turn, from
 // this goroutine and without waiting, until every one is complete, one
 // fails, none has moved for spin, or limit has passed in all. Every link
@@ -36,7 +44,9 @@ func pollLinks(spin, limit time.Duration, links ...*link) (done int, bad *link, 
 		if done == len(links) {
 			return done, nil, nil
 		}
-		now := time.Now()
+		// The clock's monotonic reading alone (one read, where time.Now
+		// takes two): deadlines only need the monotonic clock.
+		now := start.Add(time.Since(start))
 		round = now
 		switch {
 		case now.Sub(start) >= limit:
@@ -52,16 +62,18 @@ func pollLinks(spin, limit time.Duration, links ...*link) (done int, bad *link, 
 }
 
 // stageFrame appends to dst[:0] the bytes of a frame of tag whose payload
-// is parts, in order, and returns them: a small frame staged once and then
-// posted to every link with postFrame, header and payload in one segment.
-func stageFrame(dst []byte, tag byte, parts [][]byte) []byte {
-	n := 0
+// is extra followed by parts, and returns them: a small frame staged once
+// and then posted with postFrame (to every link, on the coordinator),
+// header and payload in one segment.
+func stageFrame(dst []byte, tag byte, extra []byte, parts [][]byte) []byte {
+	n := len(extra)
 	for _, p := range parts {
 		n += len(p)
 	}
 	var h [HeaderSize]byte
 	PutHeader(h[:], tag, n)
 	dst = append(dst[:0], h[:]...)
+	dst = append(dst, extra...)
 	for _, p := range parts {
 		dst = append(dst, p...)
 	}

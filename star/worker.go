@@ -74,7 +74,7 @@ func (w *worker) stop() {
 // parts.
 func (w *worker) exchange(tag byte, extra, send []byte, want byte, parts ...[]byte) error {
 	if tag != 0 {
-		if err := w.up.writeFrame(tag, extra, send); err != nil {
+		if err := w.up.sendFrame(tag, extra, send); err != nil {
 			return &linkError{peer: 0, err: err}
 		}
 		w.c.hook(hookSent)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -49,6 +50,17 @@ type Comm struct {
 	reported bool
 	// closeDone is closed when Close has finished.
 	closeDone chan struct{}
+
+	// The context watched for cancellation (see watch): wctx, registered
+	// with context.AfterFunc (wstop undoes it) under generation wgen, is
+	// kept across collectives, so that a program passing the same context
+	// to every collective registers it once, not once per collective.
+	// ctxLive is set while its cancellation cancels the running
+	// collective's links.
+	wctx    context.Context
+	wstop   func() bool
+	wgen    uint64
+	ctxLive bool
 
 	// bg counts the links ending in the background after a failure.
 	bg sync.WaitGroup
@@ -218,6 +230,7 @@ func (c *Comm) Close() error {
 	}()
 	c.stateMu.Lock()
 	failed := c.failed
+	c.unwatchLocked() // the context may outlive the communicator
 	c.stateMu.Unlock()
 	var err error
 	if failed == nil && c.size > 1 {
@@ -257,6 +270,7 @@ func (c *Comm) begin(ctx context.Context, op string) (pending, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done before the collective started", Err: err}
 	}
+	c.watchLocked(ctx)
 	c.running = true
 	c.seq++
 	c.op, c.opStart = op, time.Now()
@@ -363,27 +377,52 @@ type linkError struct {
 func (e *linkError) Error() string { return fmt.Sprintf("link to rank %d: %v", e.peer, e.err) }
 func (e *linkError) Unwrap() error { return e.err }
 
-// watch makes ctx's cancellation cancel every link of the running
-// collective. The returned function stops watching and waits until a
-// cancel in progress has finished.
-func (c *Comm) watch(ctx context.Context) func() {
+// watchLocked makes ctx's cancellation cancel the links of the collective
+// about to begin, until endWatch. A context is registered once and kept
+// while the collectives pass the same one (a pointer, so comparable): a
+// registration per collective would cost allocations and the parent
+// context's lock each time. A registration for another context is
+// dropped, and its callback, should it still run, no longer acts (the
+// generation has moved on). stateMu must be held.
+func (c *Comm) watchLocked(ctx context.Context) {
+	c.ctxLive = false
 	if ctx.Done() == nil {
-		return func() {}
+		return // never cancelled: nothing to watch
 	}
-	done := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(done)
+	if c.wstop != nil && reflect.TypeOf(ctx).Kind() == reflect.Pointer && ctx == c.wctx {
+		c.ctxLive = true
+		return
+	}
+	c.unwatchLocked()
+	c.wgen++
+	gen := c.wgen
+	c.wctx = ctx
+	c.wstop = context.AfterFunc(ctx, func() {
 		c.stateMu.Lock()
-		if c.running {
+		if c.ctxLive && c.wgen == gen {
 			c.cancelLinks(ctx.Err())
 		}
 		c.stateMu.Unlock()
 	})
-	return func() {
-		if !stop() {
-			<-done
-		}
+	c.ctxLive = true
+}
+
+// unwatchLocked drops the context registration, if any. stateMu must be
+// held.
+func (c *Comm) unwatchLocked() {
+	if c.wstop != nil {
+		c.wstop()
 	}
+	c.wctx, c.wstop = nil, nil
+	c.wgen++
+}
+
+// endWatch ends the running collective's watch of its context: a
+// cancellation after it no longer touches the links (see watchLocked).
+func (c *Comm) endWatch() {
+	c.stateMu.Lock()
+	c.ctxLive = false
+	c.stateMu.Unlock()
 }
 
 // fail turns err from a collective into the error the caller sees, makes
@@ -573,23 +612,23 @@ func (c *Comm) run(ctx context.Context, op string, check func() error, body func
 		return err
 	}
 	if pending != nil {
+		c.endWatch()
 		return c.fail(ctx, op, pending)
 	}
 	if err := check(); err != nil {
 		c.stateMu.Lock()
-		c.running = false
+		c.running, c.ctxLive = false, false
 		c.stateMu.Unlock()
 		return err
 	}
 	c.hook(hookBegin)
-	stop := c.watch(ctx)
 	if c.cfg.CheckCollectives && c.size > 1 {
 		err = c.role.checkCall(c.seq, &c.cl)
 	}
 	if err == nil {
 		err = body()
 	}
-	stop()
+	c.endWatch()
 	c.hook(hookEnd)
 	if err != nil {
 		return c.fail(ctx, op, err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -300,4 +302,128 @@ func TestConfigValidate(t *testing.T) {
 		var ife *comm.InitializationFailedError
 		assert.ErrorAs(t, err, &ife, field)
 	}
+}
+
+// countingCtx is a cancellable context of its own (not built on the
+// context package's, whose registrations bypass the method) that counts
+// the AfterFunc registrations made with it and their removals.
+type countingCtx struct {
+	done        chan struct{}
+	mu          sync.Mutex
+	fs          map[int]func()
+	next        int
+	regs, stops atomic.Int64
+}
+
+func newCountingCtx() *countingCtx {
+	return &countingCtx{done: make(chan struct{}), fs: map[int]func(){}}
+}
+
+func (c *countingCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *countingCtx) Done() <-chan struct{}       { return c.done }
+func (c *countingCtx) Value(any) any               { return nil }
+func (c *countingCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+
+// AfterFunc is what context.AfterFunc calls.
+func (c *countingCtx) AfterFunc(f func()) func() bool {
+	c.regs.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := c.next
+	c.next++
+	c.fs[id] = f
+	return func() bool {
+		c.stops.Add(1)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.fs[id]
+		delete(c.fs, id)
+		return ok
+	}
+}
+
+func (c *countingCtx) cancel() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	close(c.done)
+	for id, f := range c.fs {
+		delete(c.fs, id)
+		go f()
+	}
+}
+
+// TestContextWatchKept: a context passed to every collective is registered
+// for cancellation once, not once per collective; a collective under
+// another context drops that registration, and cancelling the old context
+// then leaves the new collective alone; Close drops the last one; a
+// cancellation during a collective still fails it.
+func TestContextWatchKept(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := inBubble(t, 3, withTimeout(60*time.Second))
+		defer testkit.CloseAll(comms)
+		ctxA := newCountingCtx()
+		defer ctxA.cancel()
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			for range 50 {
+				if err := c.Barrier(ctxA); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		require.NoError(t, errors.Join(errs...))
+		assert.EqualValues(t, 3, ctxA.regs.Load(), "one registration per rank for 50 barriers")
+		assert.Zero(t, ctxA.stops.Load())
+
+		// Rank 0 moves to context B and waits in a barrier the others
+		// have not entered; cancelling A must leave it waiting.
+		b, cancelB := context.WithCancel(context.Background())
+		defer cancelB()
+		done := make(chan error, 1)
+		go func() { done <- comms[0].Barrier(b) }()
+		synctest.Wait()
+		assert.EqualValues(t, 1, ctxA.stops.Load(), "rank 0 dropped A for B")
+		ctxA.cancel()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("cancelling a context no longer in use ended rank 0's barrier: %v", err)
+		default:
+		}
+		errs = testkit.RunRanks(comms[1:], func(c comm.Communicator) error { return c.Barrier(context.Background()) })
+		require.NoError(t, errors.Join(errs...))
+		require.NoError(t, <-done)
+		// B still cancels the collective it watches.
+		go func() { done <- comms[0].Barrier(b) }()
+		synctest.Wait()
+		cancelB()
+		require.ErrorIs(t, <-done, context.Canceled)
+	})
+}
+
+// TestContextWatchDroppedOnClose: Close removes the communicator's
+// registration with a context that outlives it.
+func TestContextWatchDroppedOnClose(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := inBubble(t, 2, withTimeout(60*time.Second))
+		ctx := newCountingCtx()
+		defer ctx.cancel()
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) })
+		require.NoError(t, errors.Join(errs...))
+		require.EqualValues(t, 2, ctx.regs.Load())
+		testkit.CloseAll(comms)
+		assert.EqualValues(t, 2, ctx.stops.Load(), "each rank's Close removed its registration")
+	})
 }

@@ -530,7 +530,12 @@ func TestOutOfBandAbort(t *testing.T) {
 				if live > 0 {
 					assert.Equal(t, 2, cf.Rank, "rank 1 names the crashed rank: %v", errs[1])
 					assert.Zero(t, took[1], "rank 1 learns at once")
-					assert.ErrorIs(t, errs[1], io.ErrUnexpectedEOF, "the crash's cause travels with the Abort")
+					// Rank 0 sees the crash as its read of rank 2's region
+					// ending early or, when its relay writer to rank 2 gets
+					// there first, as a broken pipe: either way the cause
+					// travels with the Abort.
+					assert.True(t, errors.Is(errs[1], io.ErrUnexpectedEOF) || errors.Is(errs[1], syscall.EPIPE),
+						"the crash's cause travels with the Abort: %v", errs[1])
 				} else {
 					assert.GreaterOrEqual(t, took[1], 5*time.Second, "without the control session: %v", errs[1])
 				}

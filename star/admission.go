@@ -51,7 +51,10 @@ type admission struct {
 
 	mu   sync.Mutex
 	over bool                    // no new handshake starts
-	open map[transport.Conn]bool // accepted, not registered: closed at the end
+	open map[transport.Conn]bool // accepted, not registered: dropped at the end
+	// drop holds the connections dropped in their handshake (see
+	// dropOpenLocked).
+	drop map[transport.Conn]bool
 
 	// Owned by run.
 	slots   []*slot
@@ -141,9 +144,7 @@ func admit(ctx context.Context, cfg Config) (*admission, []*link, error) {
 		// control connections (those come after the Ack): they are
 		// dropped now, as start-up ends.
 		a.mu.Lock()
-		for c := range a.open {
-			_ = c.Close()
-		}
+		a.dropOpenLocked()
 		a.mu.Unlock()
 		err = a.ack()
 	}
@@ -454,6 +455,10 @@ func (a *admission) handshake(conn transport.Conn) {
 		err = l.readFull(payload[:])
 	}
 	if err != nil {
+		if a.dropped(l.conn) {
+			a.refuseDropped(l)
+			return
+		}
 		reason := fmt.Sprintf("bad handshake: %v", err)
 		if a.report(event{kind: evBad, text: reason}) {
 			a.refuse(l, reason)
@@ -475,6 +480,10 @@ func (a *admission) handshake(conn transport.Conn) {
 			return
 		}
 		if r := challenge(l, a.cfg.Token, first, rank, size, a.cfg.HandshakeTimeout); r != nil {
+			if a.dropped(l.conn) {
+				a.refuseDropped(l)
+				return
+			}
 			if a.report(event{kind: evBad, text: r.reason}) {
 				a.refuseWith(l, r.reason, r.cause)
 			}
@@ -484,6 +493,9 @@ func (a *admission) handshake(conn transport.Conn) {
 	}
 	reply := make(chan refusal, 1)
 	if !a.report(event{kind: kind, link: l, rank: rank, size: size, reply: reply, authed: authed}) {
+		if a.dropped(l.conn) {
+			a.refuseDropped(l)
+		}
 		return
 	}
 	if r := <-reply; r.reason != "" {
@@ -561,9 +573,7 @@ func (a *admission) stop() {
 		return
 	}
 	a.over = true
-	for c := range a.open {
-		_ = c.Close()
-	}
+	a.dropOpenLocked()
 	a.mu.Unlock()
 	a.closeListener()
 	close(a.done)
@@ -574,6 +584,48 @@ func (a *admission) stop() {
 	}
 	a.wg.Wait()
 }
+
+// dropOpenLocked drops the connections still in their handshake (they
+// hold no rank): each one's handshake goroutine, woken by a passed
+// deadline, refuses its connection with cause "running" and closes it.
+// Closing them under their goroutines instead gave a worker of the next
+// job on this port, which got in just as this job's start-up ended or as
+// it closed, an end of file where it retries on that refusal. a.mu must be
+// held.
+func (a *admission) dropOpenLocked() {
+	if a.drop == nil {
+		a.drop = map[transport.Conn]bool{}
+	}
+	for c := range a.open {
+		a.drop[c] = true
+		_ = c.SetReadDeadline(past)
+	}
+}
+
+// dropped reports whether conn was dropped in its handshake.
+func (a *admission) dropped(conn transport.Conn) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.drop[conn]
+}
+
+// refuseDropped answers a connection dropped in its handshake (see
+// dropOpenLocked): a refusal with cause "running", so that a worker tries
+// again, within a short bound, since the admission is ending.
+func (a *admission) refuseDropped(l *link) {
+	until := time.Now().Add(min(a.cfg.ShutdownTimeout, droppedWait))
+	l.wdirty = false
+	l.startDrain(until)
+	_ = l.sendFinal(TagAbort, abortPayload(-1, OpStartup, errRunningRemote, a.runningReason()), until)
+	l.finish()
+	a.mu.Lock()
+	delete(a.open, l.conn)
+	delete(a.drop, l.conn)
+	a.mu.Unlock()
+}
+
+// droppedWait bounds how long a dropped connection's refusal may take.
+const droppedWait = 500 * time.Millisecond
 
 // missing is the error of a start-up that ended (cause) before every
 // worker had registered.

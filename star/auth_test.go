@@ -516,8 +516,11 @@ func TestAuthSquatterTakesNoRank(t *testing.T) {
 		assert.Equal(t, 100*time.Millisecond, time.Since(begin), "start-up did not wait for the squatter")
 		comms := []comm.Communicator{r0.c, r1.c, r2.c}
 		defer testkit.CloseAll(comms)
-		tags, _, _ := frames(squatter.wait())
-		assert.Equal(t, []string{"AuthChallenge"}, tagNames(tags), "dropped when start-up completed, never acknowledged")
+		tags, payloads, _ := frames(squatter.wait())
+		// Dropped when start-up completed, never acknowledged: refused
+		// (cause "running", as a worker of the next job on the port is).
+		require.Equal(t, []string{"AuthChallenge", "Abort"}, tagNames(tags), "dropped when start-up completed, never acknowledged")
+		assert.Contains(t, string(payloads[1]), "cause=running")
 		errs := testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) })
 		require.NoError(t, errors.Join(errs...))
 	})

@@ -636,3 +636,57 @@ func TestNextJobOnSamePort(t *testing.T) {
 		})
 	}
 }
+
+// TestNextJobCaughtByClose: a worker of the next job whose connection is
+// still in its handshake when the running coordinator closes is refused
+// with cause "running" (it tries again, and joins the next coordinator),
+// not left with an end of file, which it took for a failed start-up. On
+// the fake clock.
+func TestNextJobCaughtByClose(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		nw := pipe.NewNetwork()
+		ln, err := nw.Listen("coord")
+		require.NoError(t, err)
+		comms := make([]comm.Communicator, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range 2 {
+			cfg := star.DefaultConfig()
+			cfg.Rank, cfg.Size = r, 2
+			// The worker opens no control session: the coordinator keeps
+			// listening for it (ConnectTimeout).
+			cfg.Liveness = -1
+			if r == 0 {
+				cfg.Liveness = 10 * time.Second
+				cfg.Listener = ln
+			} else {
+				cfg.Dialer, cfg.Addr = retryDialer(nw), "coord"
+			}
+			wg.Go(func() { comms[r], errs[r] = newRank(cfg) })
+		}
+		wg.Wait()
+		require.NoError(t, errors.Join(errs...))
+		// The next job's worker has connected; its Handshake has not come
+		// yet when the job closes.
+		conn, err := nw.Dial(context.Background(), "coord")
+		require.NoError(t, err)
+		defer conn.Close()
+		synctest.Wait()
+		type frame struct {
+			tag     byte
+			payload []byte
+			err     error
+		}
+		got := make(chan frame, 1)
+		go func() {
+			tag, payload, err := readRawFrame(conn, star.MaxAbortReason)
+			got <- frame{tag, payload, err}
+		}()
+		require.NoError(t, errors.Join(testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Close() })...))
+		f := <-got
+		tag, payload, err := f.tag, f.payload, f.err
+		require.NoError(t, err, "an answer, not an end of file")
+		require.Equal(t, star.TagName(star.TagAbort), star.TagName(tag))
+		assert.Contains(t, string(payload), "cause=running")
+	})
+}

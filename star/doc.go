@@ -42,7 +42,8 @@
 // A Handshake that reaches a coordinator whose start-up is over is refused
 // with cause "running": the worker belongs to another job on the same port
 // (the next one, started while this one ends), and tries again, with
-// backoff, within its ConnectTimeout.
+// backoff, within its ConnectTimeout. A connection still in its handshake
+// when start-up completes or the coordinator closes gets the same refusal.
 //
 // Allgatherv: worker r sends AllgathervSend (0x01) with its counts[r]
 // elements. The coordinator reads every worker concurrently, straight into

@@ -51,7 +51,7 @@ type Comm struct {
 	// closeDone is closed when Close has finished.
 	closeDone chan struct{}
 
-	// The context watched for cancellation (see watch): wctx, registered
+	// The context watched for cancellation (see watchLocked): wctx, registered
 	// with context.AfterFunc (wstop undoes it) under generation wgen, is
 	// kept across collectives, so that a program passing the same context
 	// to every collective registers it once, not once per collective.

@@ -538,7 +538,7 @@ func (l *link) frameSize() int {
 // arrived with one system call into l.rstage, never more than the frame
 // expected, and moves it to the header and parts, so that pollReadAt goes
 // on from there. It reports whether the frame is complete and how many
-// bytes it took (0: nothing had arrived, or the frame is not staged).
+// bytes it took (0: nothing had arrived).
 // When the header is not the one expected, what was read past it stays in
 // l.carry for readFull.
 func (l *link) pollStaged(want int) (done bool, got int, err error) {

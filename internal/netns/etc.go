@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/starcomm/starcomm/internal/hostname"
 )
 
 // EtcDir is where "ip netns exec" finds the files it bind-mounts over
@@ -45,35 +47,9 @@ func checkNames(names []string, hosts int) ([]string, error) {
 	return out, nil
 }
 
-// checkName reports whether name is a host name a hosts file can hold:
-// dot-separated labels of 1 to 63 letters, digits, '-' and '_', not
-// starting or ending with '-', at most 253 characters, not all digits
-// (which would read as an IPv4 address).
-func checkName(name string) error {
-	s := strings.TrimSuffix(name, ".")
-	if s == "" || len(s) > 253 {
-		return fmt.Errorf("%q is not a host name: it must have 1 to 253 characters", name)
-	}
-	digits := true
-	for label := range strings.SplitSeq(s, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return fmt.Errorf("%q is not a host name: each dot-separated label has 1 to 63 characters and neither starts nor ends with '-'", name)
-		}
-		for _, r := range label {
-			switch {
-			case r >= '0' && r <= '9':
-			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '-', r == '_':
-				digits = false
-			default:
-				return fmt.Errorf("%q is not a host name: %q is not a letter, digit, '-' or '_'", name, r)
-			}
-		}
-	}
-	if digits {
-		return fmt.Errorf("%q is not a host name: it is all digits and dots", name)
-	}
-	return nil
-}
+// checkName reports whether name is a host name a hosts file can hold
+// (see hostname.Check).
+func checkName(name string) error { return hostname.Check(name) }
 
 // HostsFile is the path of host i's hosts file, EtcDir/<namespace>/hosts:
 // what processes started with Command (through "ip netns exec") see as

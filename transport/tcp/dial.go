@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/starcomm/starcomm/internal/hostname"
 	"github.com/starcomm/starcomm/transport"
 )
 
@@ -270,10 +271,9 @@ func checkAddr(addr string) error {
 }
 
 // checkHost accepts an IP address (IPv6 with or without a zone) or a
-// well-formed host name: at most 253 characters (a final dot aside) in
-// dot-separated labels of 1 to 63 letters, digits, '-' and '_', none
-// starting or ending with '-'. Such a name may not resolve yet, and Dial
-// waits for it; anything else never will, and Dial says so at once.
+// well-formed host name (see hostname.Check). Such a name may not resolve
+// yet, and Dial waits for it; anything else never will, and Dial says so
+// at once.
 func checkHost(host string) error {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return nil
@@ -281,27 +281,11 @@ func checkHost(host string) error {
 	if strings.Contains(host, ":") {
 		return fmt.Errorf("host %q is not a valid IPv6 address", host)
 	}
-	name := strings.TrimSuffix(host, ".")
-	if name == "" || len(name) > 253 {
-		return fmt.Errorf("host name %q must have 1 to 253 characters", host)
-	}
-	digits := true
-	for label := range strings.SplitSeq(name, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return fmt.Errorf("host name %q is malformed: each dot-separated label has 1 to 63 characters and neither starts nor ends with '-'", host)
+	if err := hostname.Check(host); err != nil {
+		if errors.Is(err, hostname.ErrAllDigits) {
+			return fmt.Errorf("host %q is not a valid IPv4 address", host)
 		}
-		for _, r := range label {
-			switch {
-			case r >= '0' && r <= '9':
-			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '-', r == '_':
-				digits = false
-			default:
-				return fmt.Errorf("host name %q is malformed: %q is not a letter, digit, '-' or '_'", host, r)
-			}
-		}
-	}
-	if digits {
-		return fmt.Errorf("host %q is not a valid IPv4 address", host)
+		return err
 	}
 	return nil
 }

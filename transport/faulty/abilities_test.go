@@ -3,10 +3,10 @@ package faulty_test
 import (
 	"context"
 	"fmt"
-	"github.com/starcomm/starcomm/testkit"
 	"io"
 	"net"
 	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/starcomm/starcomm/testkit"
 	"github.com/starcomm/starcomm/transport"
 	"github.com/starcomm/starcomm/transport/faulty"
 	"github.com/starcomm/starcomm/transport/pipe"
@@ -44,6 +45,83 @@ type yieldCounter struct {
 }
 
 func (c *yieldCounter) Yield() { c.yields++ }
+
+// writeRecorder is a pipe end that records the size of every Write and
+// WriteNow made on it.
+type writeRecorder struct {
+	*pipe.Conn
+	sizes []int
+}
+
+func (c *writeRecorder) Write(p []byte) (int, error) {
+	c.sizes = append(c.sizes, len(p))
+	return c.Conn.Write(p)
+}
+
+func (c *writeRecorder) WriteNow(p []byte) (int, error) {
+	c.sizes = append(c.sizes, len(p))
+	return c.Conn.WriteNow(p)
+}
+
+// TestWritesPassWhole: with no fault in the way, each frame a caller hands
+// over whole reaches the wrapped conn in one write, header and payload
+// together (an unbuffered peer's pending Read then takes the frame, not the
+// header alone); a write is only cut at the frame ends, and a frame the
+// caller splits stays split where the caller split it.
+func TestWritesPassWhole(t *testing.T) {
+	var split []int
+	for _, f := range frames {
+		split = append(split, headerSize)
+		if len(f) > headerSize {
+			split = append(split, len(f)-headerSize)
+		}
+	}
+	whole := []int{len(frame0), len(frame1), len(frame2), len(frame3)}
+	want := map[string][]int{
+		"whole-frames":         whole,
+		"byte-by-byte":         nil, // one inner write per byte
+		"header-then-payload":  split,
+		"two-frames-per-write": whole,
+	}
+	for _, poll := range []bool{false, true} {
+		for _, lo := range layouts() {
+			t.Run(fmt.Sprintf("poll=%v/layout=%s", poll, lo.name), func(t *testing.T) {
+				// The pipe buffers the whole stream, so that WriteNow
+				// takes each write whole too.
+				n := pipe.NewNetwork()
+				n.Buffer = len(stream)
+				l, err := n.Listen(coordAddr)
+				require.NoError(t, err)
+				t.Cleanup(func() { l.Close() })
+				var rec *writeRecorder
+				d := faulty.NewScript().WrapDialer(transport.DialerFunc(func(ctx context.Context, addr string) (transport.Conn, error) {
+					c, err := n.Dial(ctx, addr)
+					if err != nil {
+						return nil, err
+					}
+					rec = &writeRecorder{Conn: c.(*pipe.Conn)}
+					return rec, nil
+				}), 1)
+				w, peer := (&testNet{t: t, n: n, l: l}).connect(d)
+				for _, chunk := range lo.chunks {
+					var r ioResult
+					if poll {
+						r = writeNow(w, chunk)
+					} else {
+						r.n, r.err = w.Write(chunk)
+					}
+					require.Equal(t, ioResult{len(chunk), nil}, r)
+				}
+				require.Equal(t, stream, readFull(peer, len(stream)).data)
+				wantSizes := want[lo.name]
+				if wantSizes == nil {
+					wantSizes = slices.Repeat([]int{1}, len(stream))
+				}
+				require.Equal(t, wantSizes, rec.sizes, "the writes the wrapped conn saw")
+			})
+		}
+	}
+}
 
 // wrapAs wraps a pipe end, shown with the given abilities, as rank 1's end.
 func wrapAs(t *testing.T, s *faulty.Script, show func(*pipe.Conn) transport.Conn) (w, peer transport.Conn) {

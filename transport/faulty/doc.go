@@ -129,6 +129,12 @@
 // nil: a hung process sends nothing, not even the end of its stream, so its
 // peer keeps seeing silence.
 //
+// With no fault in the way, the wrapped conn sees the writes the caller
+// made, cut only at frame ends: a frame handed over whole goes out in one
+// write, header and payload together, so that an unbuffered peer's pending
+// Read takes the frame rather than its header alone. A corrupted header
+// goes out on its own, and a fault inside a frame cuts the write there.
+//
 // One Read (or ReadNow) and one Write (or WriteNow) at a time per conn, as
 // star does; the other methods may be called concurrently with them.
 package faulty

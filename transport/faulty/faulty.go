@@ -961,7 +961,7 @@ func (c *Conn) write(p []byte, poll bool) (int, error) {
 		if a != nil {
 			chunk = p[:before]
 		} else {
-			chunk = p[:c.untilFrameEnd(Write, len(p))]
+			chunk = p[:c.writeLimit(p)]
 		}
 		if len(chunk) > 0 {
 			out := chunk
@@ -1018,6 +1018,27 @@ func (c *Conn) classifyWrite(p []byte) error {
 		}
 	}
 	return nil
+}
+
+// writeLimit bounds the next write of p to the end of the current frame, so
+// that faults in the next frame are seen before it starts. A frame's header
+// and payload go to the wrapped conn in one write when p holds them both (a
+// header split across writes is bounded by untilFrameEnd, to its end): the
+// wrapped conn sees the writes the caller made, and an unbuffered peer's
+// pending Read takes the frame whole rather than the header alone.
+func (c *Conn) writeLimit(p []byte) int {
+	c.mu.Lock()
+	st := c.pos[Write]
+	untracked := c.untrackedLocked(Write)
+	c.mu.Unlock()
+	if untracked || st.offset >= headerSize || st.offset+len(p) < headerSize {
+		return c.untilFrameEnd(Write, len(p))
+	}
+	var hdr [headerSize]byte
+	copy(hdr[:], st.hdr[:st.offset])
+	copy(hdr[st.offset:], p)
+	size := 4 + int(binary.BigEndian.Uint32(hdr[:4]))
+	return min(len(p), max(size, headerSize)-st.offset)
 }
 
 // untilFrameEnd bounds an I/O to the end of the current frame (or its

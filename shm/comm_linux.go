@@ -183,6 +183,10 @@ func New(ctx context.Context, cfg CommConfig) (*Comm, error) {
 	return c, nil
 }
 
+// startHook, when set (by tests), runs in awaitStart between its reading
+// of the joined count, short of size, and of the abort word.
+var startHook func()
+
 // awaitStart waits until every rank has joined, the deadline passes, ctx
 // ends, or another rank gives up. It returns the rank to blame on failure.
 func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) {
@@ -193,7 +197,17 @@ func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) 
 		if n == uint32(c.size) {
 			return -1, nil
 		}
+		if startHook != nil {
+			startHook()
+		}
 		if w := atomic.LoadUint64(s.u64(hAbort)); w != 0 {
+			// The last rank may have joined since joined was read, and a
+			// collective of the others failed since: that abort is the
+			// collective's (joined only grows, and reached size before
+			// any collective began), and start-up is complete.
+			if atomic.LoadUint32(joined) == uint32(c.size) {
+				return -1, nil
+			}
 			blamed, _, _, _ := unpackAbort(w)
 			return blamed, &MissingRanksError{Ranks: s.missing(), Err: c.abortCause(w)}
 		}

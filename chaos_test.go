@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -99,7 +101,16 @@ func chaosChild(mode string) int {
 	}
 	ctx := context.Background()
 	begin := time.Now()
-	c, err := starcomm.FromEnv(ctx)
+	cfg, err := starcomm.ConfigFromEnv()
+	if err != nil {
+		return chaosReport("start", err, time.Since(begin))
+	}
+	// With a liveness timeout set, READY also waits for this rank's
+	// control sessions: liveness covers a rank from the moment its session
+	// is up (on a loaded host that can take longer than the first
+	// iterations), and these jobs test what it does from then on.
+	sessions := sessionsUp(&cfg, os.Getenv(starcomm.EnvLivenessSecs) != "")
+	c, err := starcomm.New(ctx, cfg)
 	if err != nil {
 		return chaosReport("start", err, time.Since(begin))
 	}
@@ -109,16 +120,51 @@ func chaosChild(mode string) int {
 		return chaosReport(mode, err, 0)
 	}
 	ready, _ := strconv.Atoi(os.Getenv(envChaosReady))
+	printed := false
 	for i := 1; ; i++ {
 		begin := time.Now()
 		if err := step(ctx, i); err != nil {
 			return chaosReport(mode, err, time.Since(begin))
 		}
-		if i == ready {
+		if !printed && ready > 0 && i >= ready && sessions() {
 			fmt.Printf("READY iter=%d\n", i)
+			printed = true
 		}
 	}
 }
+
+// sessionsUp, when wait is set, makes cfg log to a handler that counts the
+// control sessions that come up (one on a worker, one per worker on rank
+// 0), and returns whether all of them are; otherwise it returns a function
+// that always says so.
+func sessionsUp(cfg *starcomm.Config, wait bool) func() bool {
+	if !wait {
+		return func() bool { return true }
+	}
+	want := int64(1)
+	if cfg.Rank == 0 {
+		want = int64(cfg.Size - 1)
+	}
+	h := &sessionCounter{}
+	cfg.Logger = slog.New(h)
+	return func() bool { return h.up.Load() >= want }
+}
+
+// sessionCounter is a slog.Handler that counts "control session up"
+// records and drops every record.
+type sessionCounter struct{ up atomic.Int64 }
+
+func (h *sessionCounter) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *sessionCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "control session up" {
+		h.up.Add(1)
+	}
+	return nil
+}
+
+func (h *sessionCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *sessionCounter) WithGroup(string) slog.Handler      { return h }
 
 // errWrongResult is the cause when a collective returns data that is not
 // what every rank sent.
@@ -277,6 +323,16 @@ func (p *chaosProc) dump() string {
 	return fmt.Sprintf("rank %d (pid %d) stdout:\n%s\nstderr:\n%s", p.rank, p.pid, out, stderr)
 }
 
+// reap waits, at most 5 s, for the child that the watchdog is ending
+// (SIGQUIT, then SIGKILL) to be reaped, so that dump shows its stderr with
+// its goroutines' stacks.
+func (p *chaosProc) reap() {
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+	}
+}
+
 // await returns the child's next stdout line starting with prefix, skipping
 // others, or fails the test when the child closes stdout first or ctx (the
 // watchdog) ends.
@@ -292,6 +348,7 @@ func (p *chaosProc) await(t *testing.T, ctx context.Context, prefix string) chao
 				return l
 			}
 		case <-ctx.Done():
+			p.reap()
 			t.Fatalf("watchdog: rank %d printed no %q line: %v\n%s", p.rank, prefix, ctx.Err(), p.dump())
 		}
 	}
@@ -305,6 +362,7 @@ func (p *chaosProc) wait(t *testing.T, ctx context.Context) int {
 	case <-p.exited:
 		return p.state.ExitCode()
 	case <-ctx.Done():
+		p.reap()
 		t.Fatalf("watchdog: rank %d did not exit: %v\n%s", p.rank, ctx.Err(), p.dump())
 		return 0
 	}
@@ -342,6 +400,14 @@ func startChaosCmds(t *testing.T, modes []string, command func(r int) *exec.Cmd,
 	for r, mode := range modes {
 		p := &chaosProc{rank: r, lines: make(chan chaosLine, 256), exited: make(chan struct{})}
 		cmd := command(r)
+		if cmd.Cancel != nil {
+			// When the watchdog ends the command, SIGQUIT first: a Go
+			// child then prints every goroutine's stack on its stderr,
+			// which the failure message shows (see reap); SIGKILL 3 s
+			// later (a stopped child, say).
+			cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+			cmd.WaitDelay = 3 * time.Second
+		}
 		cmd.Env = append(cmd.Env,
 			envChaosChild+"="+mode,
 			"COBRE_TCP_RANK="+strconv.Itoa(r), "COBRE_TCP_SIZE="+strconv.Itoa(len(modes)),

@@ -316,7 +316,7 @@ func (c *Comm) unresponsive(peer int, silence time.Duration, lost error) {
 	if co, ok := c.role.(*coordinator); ok {
 		op := c.currentOp()
 		reason := fmt.Sprintf("rank %d failed during %s (seen by rank 0): %v", cause.Rank, op, cause)
-		co.broadcastAbort(abortPayload(cause.Rank, op, cause, reason), cause.Rank)
+		co.broadcastAbort(abortPayload(cause.Rank, op, cause, reason), cause.Rank, nil)
 	}
 }
 
@@ -456,13 +456,19 @@ func (c *Comm) fail(ctx context.Context, op string, err error) error {
 
 	reason := fmt.Sprintf("rank %d failed during %s (seen by rank %d): %v", blame, op, c.rank, out)
 	payload := abortPayload(blame, op, err, reason)
+	var oob chan struct{}
+	noob := 0
 	if co, ok := c.role.(*coordinator); ok {
 		co.closeGate()
 		// Out of band first: a worker in the middle of a long frame
-		// learns at once, whatever the data links do.
-		co.broadcastAbort(payload, -1)
+		// learns at once, whatever the data links do. endLinks waits for
+		// these sends as for the data links' Aborts: a relayed frame cut
+		// short carries no Abort, and a process that exits the instant
+		// this returns must have told those workers all the same.
+		oob = make(chan struct{}, len(co.workers))
+		noob = co.broadcastAbort(payload, -1, oob)
 	}
-	c.endLinks(payload, peer, err)
+	c.endLinks(payload, peer, err, oob, noob)
 	c.report(op, blame, out)
 	return out
 }
@@ -523,11 +529,13 @@ const abortFlushMax = 200 * time.Millisecond
 // Shutdown), all at once, meanwhile draining what peers still send, so
 // that a peer blocked writing to us can move on and read. It returns once
 // every Abort has been taken (by the system, or on an unbuffered
-// transport by the peer), or after abortFlushMax (or half ShutdownTimeout,
-// if shorter); the Abort to a peer that timed out is not waited for. The links then end in the background: an Abort not taken yet
+// transport by the peer), and the noob control-session Aborts begun
+// before have each put their token in oob, or after abortFlushMax (or
+// half ShutdownTimeout, if shorter); the Abort to a peer that timed out
+// is not waited for. The links then end in the background: an Abort not taken yet
 // keeps trying, and each link waits for its peer to close, up to
 // ShutdownTimeout in all, then closes (Close cuts that short).
-func (c *Comm) endLinks(payload []byte, peer int, cause error) {
+func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct{}, noob int) {
 	lingerUntil := time.Now().Add(c.cfg.ShutdownTimeout)
 	links := c.role.links()
 	sent := make(chan struct{}, len(links))
@@ -554,14 +562,17 @@ func (c *Comm) endLinks(payload []byte, peer int, cause error) {
 			l.finish()
 		})
 	}
-	if n == 0 {
+	if n+noob == 0 {
 		return
 	}
 	flush := time.NewTimer(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
 	defer flush.Stop()
-	for ; n > 0; n-- {
+	for n+noob > 0 {
 		select {
 		case <-sent:
+			n--
+		case <-oob:
+			noob--
 		case <-flush.C:
 			return
 		}

@@ -690,3 +690,52 @@ func TestNextJobCaughtByClose(t *testing.T) {
 		assert.Contains(t, string(payload), "cause=running")
 	})
 }
+
+// TestOutOfBandAbortBeforeReturn: a relayed allgatherv fails on rank 0
+// (rank 2 crashes in the middle of its region), which cuts rank 1's
+// AllgathervRecv short, so only the control session can tell rank 1 why.
+// Rank 0's collective returns only once that Abort went out, however late
+// its sending goroutine runs (here 50 ms late), so that a process that
+// exits the instant it sees the error (rank 0 crashing as its call
+// returns) has still told rank 1: rank 1 names rank 2, not rank 0.
+func TestOutOfBandAbortBeforeReturn(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		const size, n = 3, 512 << 10 // float64s: 4 MiB
+		const late = 50 * time.Millisecond
+		defer star.SetTestHook(func(rank int, point string) {
+			if rank == 0 && point == "oob" {
+				time.Sleep(late)
+			}
+		})()
+		s := faulty.NewScript(
+			faulty.Fault{Kind: faulty.Crash, Rank: 2, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 100, WholeRank: true},
+			faulty.Fault{Kind: faulty.Crash, Rank: 0, Manual: true, WholeRank: true},
+		)
+		comms := inBubble(t, size, func(c *star.Config) {
+			c.Timeout, c.Liveness, c.ShutdownTimeout = time.Hour, 10*time.Second, 5*time.Second
+			if c.Listener != nil {
+				c.Listener = s.WrapListener(c.Listener)
+			}
+			if c.Dialer != nil {
+				c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+			}
+		})
+		defer testkit.CloseAll(comms)
+		synctest.Wait() // the control sessions are up
+		counts, displs := []int{n, n, n}, []int{0, n, 2 * n}
+		took := make([]time.Duration, size)
+		begin := time.Now()
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			err := comm.Allgatherv(context.Background(), c, make([]float64, n), make([]float64, size*n), counts, displs)
+			took[c.Rank()] = time.Since(begin)
+			if c.Rank() == 0 {
+				s.Fire(0) // rank 0's process exits at once
+			}
+			return err
+		})
+		collectiveFailed(t, errs[0], 2)
+		assert.GreaterOrEqual(t, took[0], late, "rank 0 waited for its out-of-band Abort")
+		collectiveFailed(t, errs[1], 2)
+		assert.Contains(t, errs[1].Error(), "aborted by rank 0", "rank 1 learnt it from rank 0's Abort")
+	})
+}

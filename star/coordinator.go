@@ -119,14 +119,25 @@ func (co *coordinator) links() []*link { return co.workers }
 
 // broadcastAbort sends an Abort payload to every worker but except over
 // its control session, without waiting (each send is bounded by
-// ShutdownTimeout; Close waits for them).
-func (co *coordinator) broadcastAbort(payload []byte, except int) {
+// ShutdownTimeout; Close waits for them). When sent is not nil, each send
+// puts a token in it once it is over (sent must have room for one per
+// worker); it returns how many sends it started.
+func (co *coordinator) broadcastAbort(payload []byte, except int, sent chan<- struct{}) int {
 	until := time.Now().Add(co.c.cfg.ShutdownTimeout)
+	n := 0
 	for _, l := range co.workers {
 		if ctl := l.ctl.Load(); ctl != nil && l.peer != except {
-			ctl.wg.Go(func() { _ = ctl.send(msgAbort, payload, until) })
+			n++
+			ctl.wg.Go(func() {
+				co.c.hook(hookOOB)
+				_ = ctl.send(msgAbort, payload, until)
+				if sent != nil {
+					sent <- struct{}{}
+				}
+			})
 		}
 	}
+	return n
 }
 
 // allSilent reports whether every worker with a control session, at least

@@ -94,9 +94,9 @@
 // it sends Abort on every link it still has whose stream is at a frame
 // boundary, reading and discarding what the peer is still sending so that
 // a peer blocked in a write can move on, and the failing collective
-// returns only once every Abort has been taken by the system (or, on an
-// unbuffered transport, by the peer), or after min(ShutdownTimeout/2,
-// 200 ms): a process that exits the instant it sees the error still tells
+// returns only once every Abort (on rank 0, the control sessions' too)
+// has been taken by the system (or, on an unbuffered transport, by the
+// peer), or after min(ShutdownTimeout/2, 200 ms): a process that exits the instant it sees the error still tells
 // every peer the truth. The payload is a reason for people, starting "rank
 // N failed during OP", then one line of fields for programs:
 //
@@ -251,7 +251,8 @@
 // one and is served exactly as the spec says; a worker whose coordinator
 // does not answer the Control frame (a spec-only one) goes on without.
 // Liveness for a rank starts once its session is up, milliseconds after
-// start-up.
+// start-up (on a loaded host it can take longer); a rank frozen before
+// then is caught by the collective timeout instead.
 //
 // The session carries two streams, both opened by the worker:
 //

@@ -15,6 +15,7 @@ const (
 	hookEnd     = "end"     // the collective's I/O is over, before it settles or fails
 	hookRelay   = "relay"   // the coordinator begins a relayed allgatherv
 	hookFailing = "failing" // a failure was recorded, before the Aborts go out
+	hookOOB     = "oob"     // the coordinator is about to send an Abort over a control session
 	hookClosing = "closing" // Close marked the communicator closed and cancelled a running collective
 
 	// hookRegistered: the coordinator registered a worker's Handshake (the

@@ -105,11 +105,11 @@ func chaosChild(mode string) int {
 	if err != nil {
 		return chaosReport("start", err, time.Since(begin))
 	}
-	// With a liveness timeout set, READY also waits for this rank's
+	// With a liveness timeout set (not 0, off), READY also waits for this rank's
 	// control sessions: liveness covers a rank from the moment its session
 	// is up (on a loaded host that can take longer than the first
 	// iterations), and these jobs test what it does from then on.
-	sessions := sessionsUp(&cfg, os.Getenv(starcomm.EnvLivenessSecs) != "")
+	sessions := sessionsUp(&cfg, os.Getenv(starcomm.EnvLivenessSecs) != "" && cfg.Liveness > 0)
 	c, err := starcomm.New(ctx, cfg)
 	if err != nil {
 		return chaosReport("start", err, time.Since(begin))

@@ -501,30 +501,11 @@ func TestOutOfBandAbort(t *testing.T) {
 	for _, live := range []time.Duration{10 * time.Second, -1} {
 		t.Run(fmt.Sprintf("liveness=%v", live), func(t *testing.T) {
 			testkit.SyncTest(t, func(t *testing.T) {
-				const size, n = 3, 512 << 10 // float64s: 4 MiB
 				s := faulty.NewScript(
 					faulty.Fault{Kind: faulty.Hang, Rank: 0, Link: 1, Dir: faulty.Read, Frame: 1, Offset: 64 << 10},
 					faulty.Fault{Kind: faulty.Crash, Rank: 2, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 100, WholeRank: true},
 				)
-				comms := inBubble(t, size, func(c *star.Config) {
-					c.Timeout, c.Liveness, c.ShutdownTimeout = time.Hour, live, 5*time.Second
-					if c.Listener != nil {
-						c.Listener = s.WrapListener(c.Listener)
-					}
-					if c.Dialer != nil {
-						c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
-					}
-				})
-				defer testkit.CloseAll(comms)
-				synctest.Wait() // the control sessions are up
-				counts, displs := []int{n, n, n}, []int{0, n, 2 * n}
-				took := make([]time.Duration, size)
-				begin := time.Now()
-				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
-					err := comm.Allgatherv(context.Background(), c, make([]float64, n), make([]float64, size*n), counts, displs)
-					took[c.Rank()] = time.Since(begin)
-					return err
-				})
+				errs, took := relayedAllgatherv(t, s, live, nil)
 				var cf *comm.CollectiveFailedError
 				require.ErrorAs(t, errs[1], &cf)
 				if live > 0 {
@@ -700,7 +681,6 @@ func TestNextJobCaughtByClose(t *testing.T) {
 // returns) has still told rank 1: rank 1 names rank 2, not rank 0.
 func TestOutOfBandAbortBeforeReturn(t *testing.T) {
 	testkit.SyncTest(t, func(t *testing.T) {
-		const size, n = 3, 512 << 10 // float64s: 4 MiB
 		const late = 50 * time.Millisecond
 		defer star.SetTestHook(func(rank int, point string) {
 			if rank == 0 && point == "oob" {
@@ -711,31 +691,48 @@ func TestOutOfBandAbortBeforeReturn(t *testing.T) {
 			faulty.Fault{Kind: faulty.Crash, Rank: 2, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 100, WholeRank: true},
 			faulty.Fault{Kind: faulty.Crash, Rank: 0, Manual: true, WholeRank: true},
 		)
-		comms := inBubble(t, size, func(c *star.Config) {
-			c.Timeout, c.Liveness, c.ShutdownTimeout = time.Hour, 10*time.Second, 5*time.Second
-			if c.Listener != nil {
-				c.Listener = s.WrapListener(c.Listener)
-			}
-			if c.Dialer != nil {
-				c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
-			}
-		})
-		defer testkit.CloseAll(comms)
-		synctest.Wait() // the control sessions are up
-		counts, displs := []int{n, n, n}, []int{0, n, 2 * n}
-		took := make([]time.Duration, size)
-		begin := time.Now()
-		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
-			err := comm.Allgatherv(context.Background(), c, make([]float64, n), make([]float64, size*n), counts, displs)
-			took[c.Rank()] = time.Since(begin)
-			if c.Rank() == 0 {
+		errs, took := relayedAllgatherv(t, s, 10*time.Second, func(rank int) {
+			if rank == 0 {
 				s.Fire(0) // rank 0's process exits at once
 			}
-			return err
 		})
 		collectiveFailed(t, errs[0], 2)
 		assert.GreaterOrEqual(t, took[0], late, "rank 0 waited for its out-of-band Abort")
 		collectiveFailed(t, errs[1], 2)
 		assert.Contains(t, errs[1].Error(), "aborted by rank 0", "rank 1 learnt it from rank 0's Abort")
 	})
+}
+
+// relayedAllgatherv runs, in a bubble, one allgatherv of 4 MiB per rank
+// (relayed) on 3 ranks whose conns carry s's faults, with a collective
+// timeout of an hour, the given liveness timeout and a 5 s shutdown
+// timeout, once the control sessions are up. Each rank calls after (nil:
+// nothing) as its call returns. It returns each rank's error and how long
+// its call took.
+func relayedAllgatherv(t *testing.T, s *faulty.Script, live time.Duration, after func(rank int)) ([]error, []time.Duration) {
+	t.Helper()
+	const size, n = 3, 512 << 10 // float64s: 4 MiB
+	comms := inBubble(t, size, func(c *star.Config) {
+		c.Timeout, c.Liveness, c.ShutdownTimeout = time.Hour, live, 5*time.Second
+		if c.Listener != nil {
+			c.Listener = s.WrapListener(c.Listener)
+		}
+		if c.Dialer != nil {
+			c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+		}
+	})
+	t.Cleanup(func() { testkit.CloseAll(comms) })
+	synctest.Wait() // the control sessions are up
+	counts, displs := []int{n, n, n}, []int{0, n, 2 * n}
+	took := make([]time.Duration, size)
+	begin := time.Now()
+	errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+		err := comm.Allgatherv(context.Background(), c, make([]float64, n), make([]float64, size*n), counts, displs)
+		took[c.Rank()] = time.Since(begin)
+		if after != nil {
+			after(c.Rank())
+		}
+		return err
+	})
+	return errs, took
 }

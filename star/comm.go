@@ -532,9 +532,9 @@ const abortFlushMax = 200 * time.Millisecond
 // transport by the peer), and the noob control-session Aborts begun
 // before have each put their token in oob, or after abortFlushMax (or
 // half ShutdownTimeout, if shorter); the Abort to a peer that timed out
-// is not waited for. The links then end in the background: an Abort not taken yet
-// keeps trying, and each link waits for its peer to close, up to
-// ShutdownTimeout in all, then closes (Close cuts that short).
+// is not waited for. The links then end in the background: an Abort not
+// taken yet keeps trying, and each link waits for its peer to close, up
+// to ShutdownTimeout in all, then closes (Close cuts that short).
 func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct{}, noob int) {
 	lingerUntil := time.Now().Add(c.cfg.ShutdownTimeout)
 	links := c.role.links()

@@ -1021,9 +1021,9 @@ func (c *Conn) classifyWrite(p []byte) error {
 }
 
 // writeLimit bounds the next write of p to the end of the current frame, so
-// that faults in the next frame are seen before it starts. A frame's header
-// and payload go to the wrapped conn in one write when p holds them both (a
-// header split across writes is bounded by untilFrameEnd, to its end): the
+// that faults in the next frame are seen before it starts. Once p completes
+// the frame's header, the header's rest and the payload go to the wrapped
+// conn in one write (a write short of the header's end goes as it is): the
 // wrapped conn sees the writes the caller made, and an unbuffered peer's
 // pending Read takes the frame whole rather than the header alone.
 func (c *Conn) writeLimit(p []byte) int {

@@ -67,7 +67,11 @@ type handoffRecorder struct {
 }
 
 func (h *handoffRecorder) hook(rank int, point string) {
-	if rank != h.rank || point == star.HookRegistered || point == "closing" {
+	switch point {
+	case star.HookRegistered, "closing", star.HookBeat, star.HookHeartbeat, star.HookAllSilent:
+		return // not a collective's points (the control session's run on their own)
+	}
+	if rank != h.rank {
 		return
 	}
 	h.mu.Lock()

@@ -301,12 +301,27 @@ func (c *Comm) interrupt(cause error) bool {
 // A coordinator that hears from none of its workers (at least two of them
 // with a session, each silent for half the liveness timeout or more) is
 // itself the one cut off, or was the one frozen: it names itself, as every
-// worker does.
-func (c *Comm) unresponsive(peer int, silence time.Duration, lost error) {
+// worker does. It first gives them one heartbeat interval (a tenth of the
+// liveness timeout) to be heard: a coordinator whose own process was kept
+// off the CPU (a loaded host) finds its timers due before it has read the
+// heartbeats waiting in its sockets, and only a coordinator that still
+// hears nobody after that is the one cut off. That wait ends early, with
+// nothing declared, when stopped (the control session's) is closed.
+func (c *Comm) unresponsive(peer int, silence time.Duration, lost error, stopped <-chan struct{}) {
 	cause := &UnresponsiveError{Rank: peer, Silence: silence, Lost: lost}
 	if co, ok := c.role.(*coordinator); ok {
-		if n, ok := co.allSilent(time.Now()); ok {
-			cause = &UnresponsiveError{Rank: 0, Silence: silence, Lost: lost, Workers: n}
+		if _, ok := co.allSilent(time.Now()); ok {
+			c.hook(hookAllSilent)
+			wait := time.NewTimer(c.cfg.Liveness / 10)
+			select {
+			case <-wait.C:
+			case <-stopped:
+				wait.Stop()
+				return
+			}
+			if n, ok := co.allSilent(time.Now()); ok {
+				cause = &UnresponsiveError{Rank: 0, Silence: silence, Lost: lost, Workers: n}
+			}
 		}
 	}
 	if !c.interrupt(cause) {

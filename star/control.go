@@ -74,10 +74,13 @@ type control struct {
 	// worker.controlLastWords).
 	aborted  chan struct{}
 	msgsDone chan struct{}
-	wg       sync.WaitGroup
-	wmu      sync.Mutex // one writer at a time on msgs
-	wbuf     []byte     // a message being written, under wmu
-	rhdr     [5]byte
+	// wg counts the session's goroutines; gomu orders starting one (see
+	// goUnlessStopped) against stop's Wait.
+	wg   sync.WaitGroup
+	gomu sync.Mutex
+	wmu  sync.Mutex // one writer at a time on msgs
+	wbuf []byte     // a message being written, under wmu
+	rhdr [5]byte
 }
 
 // newControl wraps an established session.
@@ -101,11 +104,26 @@ func (ctl *control) start() {
 // stop ends the session and waits for its goroutines.
 func (ctl *control) stop() {
 	ctl.stopOnce.Do(func() {
+		ctl.gomu.Lock()
 		close(ctl.stopped)
+		ctl.gomu.Unlock()
 		_ = ctl.sess.Close()
 		_ = ctl.conn.Close()
 	})
 	ctl.wg.Wait()
+}
+
+// goUnlessStopped runs f on a goroutine of the session, which stop waits
+// for, unless stop has begun; it reports whether f runs. (A goroutine
+// started once stop's Wait may have returned would outlive the session.)
+func (ctl *control) goUnlessStopped(f func()) bool {
+	ctl.gomu.Lock()
+	defer ctl.gomu.Unlock()
+	if ctl.isStopped() {
+		return false
+	}
+	ctl.wg.Go(f)
+	return true
 }
 
 // isStopped reports whether stop has begun.
@@ -130,6 +148,7 @@ func (ctl *control) beat() {
 			return
 		case <-t.C:
 		}
+		ctl.c.hook(hookBeat)
 		_ = ctl.hb.SetWriteDeadline(time.Now().Add(live))
 		if _, err := ctl.hb.Write(b[:]); err != nil {
 			return // the peer's end notices the silence
@@ -146,6 +165,9 @@ func (ctl *control) listen() {
 	var buf [64]byte
 	var lost error
 	for lost == nil {
+		if testHook != nil {
+			testHook(ctl.peer, hookHeartbeat)
+		}
 		last := time.Unix(0, ctl.heard.Load())
 		_ = ctl.hb.SetReadDeadline(last.Add(live))
 		n, err := ctl.hb.Read(buf[:])
@@ -156,7 +178,7 @@ func (ctl *control) listen() {
 			return
 		case err != nil && isTimeout(err):
 			if time.Since(last) >= live {
-				ctl.c.unresponsive(ctl.peer, time.Since(last), nil)
+				ctl.c.unresponsive(ctl.peer, time.Since(last), nil, ctl.stopped)
 				return
 			}
 		case err != nil:
@@ -169,7 +191,7 @@ func (ctl *control) listen() {
 	select {
 	case <-ctl.stopped:
 	case <-wait.C:
-		ctl.c.unresponsive(ctl.peer, time.Since(time.Unix(0, ctl.heard.Load())), fmt.Errorf("control connection lost: %w", lost))
+		ctl.c.unresponsive(ctl.peer, time.Since(time.Unix(0, ctl.heard.Load())), fmt.Errorf("control connection lost: %w", lost), ctl.stopped)
 	}
 }
 

@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -735,4 +737,145 @@ func relayedAllgatherv(t *testing.T, s *faulty.Script, live time.Duration, after
 		return err
 	})
 	return errs, took
+}
+
+// TestAllSilentRechecked: rank 0 names itself unresponsive only when it
+// still hears none of its workers a heartbeat interval after one of them
+// reached the liveness timeout. Rank 2 freezes (its heartbeats stop and it
+// enters no collective) while ranks 0, 1 and 3 wait in a barrier. On the
+// fake clock, liveness 10 s.
+//
+// starved: rank 0's readers of ranks 1 and 3 are held back (as on a
+// loaded host, where its timers come due before it has read the
+// heartbeats waiting in its sockets) until it finds everyone silent; the
+// heartbeats they then read clear ranks 1 and 3, and every rank names
+// rank 2. The old check named rank 0 at once.
+//
+// cut-off: ranks 1 and 3 stop their heartbeats too (rank 0 hears nobody):
+// rank 0 names itself, a heartbeat interval (1 s) after it found everyone
+// silent, and ranks 1 and 3 learn it from its Abort.
+func TestAllSilentRechecked(t *testing.T) {
+	const live = 10 * time.Second
+	for _, tc := range []struct {
+		name   string
+		silent []int // ranks whose heartbeats stop
+		blame  int
+	}{
+		{"starved", []int{2}, 2},
+		{"cut-off", []int{1, 2, 3}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				var frozen atomic.Bool
+				release := make(chan struct{})
+				var silentAt time.Time
+				var once sync.Once
+				defer star.SetTestHook(func(rank int, point string) {
+					if !frozen.Load() {
+						return
+					}
+					switch {
+					case point == star.HookBeat && slices.Contains(tc.silent, rank):
+						time.Sleep(time.Hour) // frozen (on the fake clock)
+					case point == star.HookHeartbeat && (rank == 1 || rank == 3):
+						// Rank 0 about to read rank 1's or 3's
+						// heartbeats: starved until it finds everyone
+						// silent.
+						select {
+						case <-release:
+						case <-time.After(3 * live):
+						}
+					case point == star.HookAllSilent:
+						once.Do(func() { silentAt = time.Now(); close(release) })
+					}
+				})()
+				comms := startWarm(t, live)
+				defer testkit.CloseAll(comms)
+				frozen.Store(true)
+				ctx := context.Background()
+				begin := time.Now()
+				var others sync.WaitGroup
+				others.Add(3)
+				var failedAt time.Time
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					if c.Rank() == 2 {
+						others.Wait() // frozen: in no collective, not closed
+						return nil
+					}
+					defer others.Done()
+					err := c.Barrier(ctx)
+					if c.Rank() == 0 {
+						failedAt = time.Now()
+					}
+					return err
+				})
+				for _, r := range []int{0, 1, 3} {
+					cf := collectiveFailed(t, errs[r], tc.blame)
+					assert.Contains(t, cf.Error(), "unresponsive", "rank %d", r)
+				}
+				took := failedAt.Sub(begin)
+				assert.GreaterOrEqual(t, took, live-live/10, "detected before the liveness timeout")
+				assert.LessOrEqual(t, took, live+2*live/10, "detected late")
+				require.False(t, silentAt.IsZero(), "rank 0 found every worker silent")
+				if tc.blame == 0 {
+					assert.Contains(t, errs[0].Error(), "heard no heartbeat from any of its 3 workers")
+					assert.GreaterOrEqual(t, failedAt.Sub(silentAt), live/10, "rank 0 waited a heartbeat interval before it named itself")
+				}
+			})
+		})
+	}
+}
+
+// TestCloseDuringAllSilentCheck: Close from another goroutine while rank 0
+// waits its heartbeat interval before naming itself (every worker silent,
+// liveness 10 s) returns at once, and the barrier it interrupts fails with
+// ErrInvalidCommunicator, not with a verdict of unresponsiveness. On the
+// fake clock.
+func TestCloseDuringAllSilentCheck(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		const live = 10 * time.Second
+		var frozen atomic.Bool
+		var once sync.Once
+		closed := make(chan time.Duration, 1)
+		var comms []comm.Communicator
+		defer star.SetTestHook(func(rank int, point string) {
+			if !frozen.Load() {
+				return
+			}
+			switch {
+			case point == star.HookBeat && rank != 0:
+				time.Sleep(time.Hour) // every worker frozen
+			case point == star.HookAllSilent:
+				once.Do(func() {
+					go func() {
+						begin := time.Now()
+						_ = comms[0].Close()
+						closed <- time.Since(begin)
+					}()
+				})
+			}
+		})()
+		comms = startWarm(t, live)
+		defer testkit.CloseAll(comms)
+		frozen.Store(true)
+		err := comms[0].Barrier(context.Background()) // the workers never come
+		assert.ErrorIs(t, err, comm.ErrInvalidCommunicator)
+		assert.NotContains(t, err.Error(), "unresponsive")
+		assert.Less(t, <-closed, live/10, "Close waited for the check")
+	})
+}
+
+// startWarm starts 4 ranks in the current bubble with the control session
+// on (the collective timeout an hour, the given liveness timeout), runs a
+// barrier and waits for the control sessions. The caller closes the ranks.
+func startWarm(t *testing.T, live time.Duration) []comm.Communicator {
+	t.Helper()
+	comms := withControl(t, 4, time.Hour, live, nil, nil)
+	errs := testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) })
+	if err := errors.Join(errs...); err != nil {
+		testkit.CloseAll(comms)
+		t.Fatalf("warm-up barrier: %v", err)
+	}
+	awaitControl(t, comms)
+	return comms
 }

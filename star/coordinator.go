@@ -121,20 +121,22 @@ func (co *coordinator) links() []*link { return co.workers }
 // its control session, without waiting (each send is bounded by
 // ShutdownTimeout; Close waits for them). When sent is not nil, each send
 // puts a token in it once it is over (sent must have room for one per
-// worker); it returns how many sends it started.
+// worker); it returns how many sends it started (none on a session that
+// is stopping).
 func (co *coordinator) broadcastAbort(payload []byte, except int, sent chan<- struct{}) int {
 	until := time.Now().Add(co.c.cfg.ShutdownTimeout)
 	n := 0
 	for _, l := range co.workers {
 		if ctl := l.ctl.Load(); ctl != nil && l.peer != except {
-			n++
-			ctl.wg.Go(func() {
+			if ctl.goUnlessStopped(func() {
 				co.c.hook(hookOOB)
 				_ = ctl.send(msgAbort, payload, until)
 				if sent != nil {
 					sent <- struct{}{}
 				}
-			})
+			}) {
+				n++
+			}
 		}
 	}
 	return n

@@ -14,6 +14,18 @@ func SetTestHook(h func(rank int, point string)) (restore func()) {
 // worker's valid Handshake; the hook's rank is the worker's.
 const HookRegistered = hookRegistered
 
+// HookBeat is the hook point at which a control session is about to send
+// a heartbeat.
+const HookBeat = hookBeat
+
+// HookHeartbeat is the hook point at which a control session is about to
+// read its peer's heartbeats; the hook's rank is the peer's.
+const HookHeartbeat = hookHeartbeat
+
+// HookAllSilent is the hook point at which the coordinator found every
+// worker silent, before it waits a heartbeat interval to be sure.
+const HookAllSilent = hookAllSilent
+
 // HookRelay is the hook point at which the coordinator begins a relayed
 // allgatherv.
 const HookRelay = hookRelay

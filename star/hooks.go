@@ -21,6 +21,15 @@ const (
 	// hookRegistered: the coordinator registered a worker's Handshake (the
 	// hook's rank is the worker's).
 	hookRegistered = "registered"
+	// hookBeat: a control session is about to send a heartbeat.
+	hookBeat = "beat"
+	// hookHeartbeat: a control session is about to read its peer's
+	// heartbeats (the hook's rank is the peer's).
+	hookHeartbeat = "heartbeat"
+	// hookAllSilent: the coordinator found every worker silent when one
+	// of them reached the liveness timeout, and gives the others a
+	// heartbeat interval to be heard before it names itself.
+	hookAllSilent = "all-silent"
 )
 
 // testHook, when set (by tests only, before any communicator starts), is

@@ -120,7 +120,15 @@ func TestLivenessStop(t *testing.T) {
 	}{{comm.OpBarrier, 3}, {comm.OpAllgatherv, 2}, {comm.OpAllreduce, 0}} {
 		t.Run(fmt.Sprintf("victim=%d/op=%s", tc.victim, tc.op), func(t *testing.T) {
 			ctx := chaosWatchdog(t)
-			procs := startChaos(t, ctx, repeat(tc.op, size), append(liveEnv, envChaosReady+"=20")...)
+			// READY after 20 collectives, 5 of the 4 MiB/rank allgathervs
+			// (20 of them took 5.5 s under -race on an idle 2-core
+			// machine: too close to the 30 s watchdog beside the other
+			// packages' tests), and once the control sessions are up.
+			ready := map[string]int{comm.OpAllgatherv: 5}[tc.op]
+			if ready == 0 {
+				ready = 20
+			}
+			procs := startChaos(t, ctx, repeat(tc.op, size), append(liveEnv, envChaosReady+"="+strconv.Itoa(ready))...)
 			for _, p := range procs {
 				p.await(t, ctx, "READY ")
 			}

@@ -483,7 +483,11 @@ func TestTLSLivenessStop(t *testing.T) {
 	const size, victim = 4, 2
 	f := tlsFiles(t, 1) // one certificate, valid for both roles, for every rank
 	ctx := chaosWatchdog(t)
-	env := append(append(append([]string{}, liveEnv...), envChaosReady+"=20"), f.Env(0)...)
+	// READY after 5 allgathervs (and once the control sessions are up):
+	// 20 of 4 MiB per rank over TLS took 9 s under -race on an idle
+	// 2-core machine, and more than the 30 s watchdog once in a CI run
+	// beside the other packages' tests.
+	env := append(append(append([]string{}, liveEnv...), envChaosReady+"=5"), f.Env(0)...)
 	procs := startChaos(t, ctx, repeat(comm.OpAllgatherv, size), env...)
 	for _, p := range procs {
 		p.await(t, ctx, "READY ")

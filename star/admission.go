@@ -452,7 +452,7 @@ func (a *admission) handshake(conn transport.Conn) {
 	var te *tagError
 	control := errors.As(err, &te) && te.got == TagControl && te.n == controlLen
 	if control {
-		err = l.readFull(payload[:])
+		err = l.readFull(payload[:], 0)
 	}
 	if err != nil {
 		if a.dropped(l.conn) {

@@ -192,6 +192,14 @@
 // header turns out not to be the one expected, the read has taken at most
 // the size of the frame expected; an Abort's reason is read on from there.
 //
+// A large frame's waiting reads, over a transport that is a
+// transport.LowWaterReader (TCP), ask to be woken only once the rest of the
+// frame, or 1 MiB of it, is in the socket (SO_RCVLOWAT), and lower that mark
+// as the frame comes in, so that the reader never waits for bytes that
+// will not come; after the frame the mark is back at 1. A reader woken for
+// every segment contends with its sender for the socket and, on a host with
+// fewer cores than ranks, for the CPU.
+//
 // # Timeouts and failure
 //
 // Config.Timeout bounds every read and write (each call moves at most 4

@@ -194,28 +194,18 @@ func fakeCoordinator(t *testing.T) (comm.Communicator, transport.Conn) {
 	ln, err := nw.Listen("fake")
 	require.NoError(t, err)
 	defer ln.Close()
-	type accepted struct {
-		conn transport.Conn
-		err  error
-	}
-	got := make(chan accepted, 1)
-	go func() {
-		conn, err := ln.Accept()
-		if err == nil {
-			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-			hs := make([]byte, 13)
-			if _, err = io.ReadFull(conn, hs); err == nil && !bytes.Equal(hs, star.EncodeHandshake(1, 2)) {
-				err = fmt.Errorf("handshake %x", hs)
-			}
-			if err == nil {
-				_, err = conn.Write(star.EncodeAck(2))
-			}
-		}
-		got <- accepted{conn, err}
-	}()
+	got := acceptWorker(ln)
 	cfg := star.DefaultConfig()
 	cfg.Rank, cfg.Size, cfg.Dialer, cfg.Addr = 1, 2, nw, "fake"
 	cfg.Timeout, cfg.ShutdownTimeout = 10*time.Second, 100*time.Millisecond
+	return joinFake(t, cfg, got)
+}
+
+// joinFake starts the worker of cfg against the coordinator that got
+// delivers (see acceptWorker) and returns the worker and the
+// coordinator's end of its connection, both closed when the test ends.
+func joinFake(t *testing.T, cfg star.Config, got <-chan acceptedConn) (comm.Communicator, transport.Conn) {
+	t.Helper()
 	w, err := star.New(context.Background(), cfg)
 	require.NoError(t, err)
 	a := <-got
@@ -225,6 +215,34 @@ func fakeCoordinator(t *testing.T) (comm.Communicator, transport.Conn) {
 		_ = a.conn.Close()
 	})
 	return w, a.conn
+}
+
+// acceptedConn is what acceptWorker delivers.
+type acceptedConn struct {
+	conn transport.Conn
+	err  error
+}
+
+// acceptWorker accepts one connection on ln, in the background, and
+// answers the Handshake of rank 1 of 2 with a valid Ack, as a coordinator
+// would; the test then speaks for the coordinator on the connection.
+func acceptWorker(ln transport.Listener) <-chan acceptedConn {
+	got := make(chan acceptedConn, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err == nil {
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			hs := make([]byte, 13)
+			if _, err = io.ReadFull(conn, hs); err == nil && !bytes.Equal(hs, star.EncodeHandshake(1, 2)) {
+				err = fmt.Errorf("handshake %x", hs)
+			}
+			if err == nil {
+				_, err = conn.Write(star.EncodeAck(2))
+			}
+		}
+		got <- acceptedConn{conn, err}
+	}()
+	return got
 }
 
 // TestHostileLengthToWorker: a coordinator that lies in the LEN (or tag) of

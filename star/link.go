@@ -35,6 +35,9 @@ type link struct {
 	bw     transport.BuffersWriter
 	poller transport.Poller
 	cw     transport.CloseWriter
+	lw     transport.LowWaterReader
+	// lowSet is set while lw has a low-water mark above 1 (see readFull).
+	lowSet bool
 
 	// timeout is the most an I/O call may wait without progress. until,
 	// when set, replaces it with an absolute deadline (start-up).
@@ -114,6 +117,7 @@ func newLink(peer int, conn transport.Conn, timeout time.Duration) *link {
 	l.bw, _ = conn.(transport.BuffersWriter)
 	l.poller, _ = conn.(transport.Poller)
 	l.cw, _ = conn.(transport.CloseWriter)
+	l.lw, _ = conn.(transport.LowWaterReader)
 	return l
 }
 
@@ -369,25 +373,61 @@ func (l *link) writeBatch(batch [][]byte) error {
 	return nil
 }
 
+// lowWaterMax is the most a read of a large frame asks to find in the
+// socket before it wakes (see readFull).
+const lowWaterMax = 1 << 20
+
 // readFull fills p, at most chunk bytes per armed deadline, first from
-// what a staged read carried past its header.
-func (l *link) readFull(p []byte) error {
+// what a staged read carried past its header. left is how many bytes of
+// the frame, p's included, are still to come; when more than pollMax, and
+// the transport is a transport.LowWaterReader, each wait asks for
+// min(left, lowWaterMax) bytes at once, so that a large frame is read in a
+// few large reads and the reader sleeps while the sender copies (on
+// loopback, a reader woken for every segment contends with the sender for
+// the socket and the CPU). Once it has asked, it lowers the mark with left
+// to the frame's end: a mark above what is still to come would wait for
+// bytes that never come. endLowWater restores the mark. left = 0 reads
+// as data comes.
+func (l *link) readFull(p []byte, left int) error {
 	if len(l.carry) > 0 {
 		k := copy(p, l.carry)
 		l.carry = l.carry[k:]
 		p = p[k:]
+		left -= k
 	}
 	for len(p) > 0 {
 		n := min(len(p), chunk)
 		if err := l.arm(false); err != nil {
 			return err
 		}
-		if _, err := io.ReadFull(l.conn, p[:n]); err != nil {
+		if l.lw == nil || (left <= pollMax && !l.lowSet) {
+			if _, err := io.ReadFull(l.conn, p[:n]); err != nil {
+				return l.ioErr(err, false)
+			}
+			p, left = p[n:], left-n
+			continue
+		}
+		if err := l.lw.SetReadLowWater(min(left, lowWaterMax)); err == nil {
+			l.lowSet = true
+		} else if l.lowSet && l.lw.SetReadLowWater(1) == nil {
+			l.lowSet = false // a hint: without it, reads wake as data comes
+		}
+		k, err := l.conn.Read(p[:n])
+		p, left = p[k:], left-k
+		if err != nil && len(p) > 0 {
 			return l.ioErr(err, false)
 		}
-		p = p[n:]
 	}
 	return nil
+}
+
+// endLowWater restores the default low-water mark after readFull raised
+// it, before any other read of the link (small frames are polled).
+func (l *link) endLowWater() {
+	if l.lowSet {
+		l.lowSet = false
+		_ = l.lw.SetReadLowWater(1)
+	}
 }
 
 // beginRead starts reading a frame that must have tag want and a payload of
@@ -437,10 +477,17 @@ func (l *link) finishRead() error {
 	if err := l.readHeader(); err != nil {
 		return err
 	}
+	left := -l.roff
+	for _, p := range l.rparts[l.rpart:] {
+		left += len(p)
+	}
+	defer l.endLowWater()
 	for ; l.rpart < len(l.rparts); l.rpart, l.roff = l.rpart+1, 0 {
-		if err := l.readFull(l.rparts[l.rpart][l.roff:]); err != nil {
+		part := l.rparts[l.rpart][l.roff:]
+		if err := l.readFull(part, left); err != nil {
 			return unexpectedEOF(err)
 		}
+		left -= len(part)
 	}
 	l.endRead()
 	return nil
@@ -452,7 +499,7 @@ func (l *link) readHeader() error {
 	if l.rhave >= HeaderSize {
 		return nil
 	}
-	if err := l.readFull(l.rhdr[l.rhave:]); err != nil {
+	if err := l.readFull(l.rhdr[l.rhave:], 0); err != nil {
 		if l.rhave > 0 {
 			err = unexpectedEOF(err)
 		}
@@ -611,7 +658,7 @@ func (l *link) unexpected(tag, want byte, n int) error {
 	switch {
 	case tag == TagAbort && n <= MaxAbortReason:
 		buf := make([]byte, n)
-		if err := l.readFull(buf); err != nil {
+		if err := l.readFull(buf, 0); err != nil {
 			return unexpectedEOF(err)
 		}
 		return parseAbort(l.peer, buf)

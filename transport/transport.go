@@ -45,6 +45,18 @@ type BuffersWriter interface {
 	WriteBuffers(bufs [][]byte) (int64, error)
 }
 
+// LowWaterReader is an optional ability of a Conn: ask that a read which
+// has to wait for data wait until at least n bytes are there (TCP's
+// SO_RCVLOWAT), rather than wake for every segment. A read that finds fewer
+// bytes already there still returns them without waiting. n = 1 restores
+// the default. The caller must never ask for more bytes than are still to
+// come (the read would wait for them until its deadline); star asks for at
+// most the rest of the frame being read. It is a hint: a driver may wake
+// earlier.
+type LowWaterReader interface {
+	SetReadLowWater(n int) error
+}
+
 // CloseWriter is an optional ability of a Conn: shut down the writing side
 // (TCP's half-close) so the peer reads EOF after the data already sent,
 // while this end can still read. After CloseWrite, Write fails; Read still

@@ -37,6 +37,13 @@ type Conn struct {
 	werr      syscall.Errno
 	// yields counts Yield calls (one poller at a time calls Yield).
 	yields uint
+	// lowat is the SO_RCVLOWAT last set (0: the default, 1); lowStep,
+	// lowWant and lowErr serve SetReadLowWater as readStep and rp serve
+	// ReadNow. All under rmu.
+	lowat   int
+	lowStep func(fd uintptr)
+	lowWant int
+	lowErr  error
 
 	// wmu serialises WriteBuffers, which reuses scratch and bufs.
 	wmu sync.Mutex
@@ -48,10 +55,11 @@ type Conn struct {
 }
 
 var (
-	_ transport.Conn          = (*Conn)(nil)
-	_ transport.BuffersWriter = (*Conn)(nil)
-	_ transport.CloseWriter   = (*Conn)(nil)
-	_ transport.Poller        = (*Conn)(nil)
+	_ transport.Conn           = (*Conn)(nil)
+	_ transport.BuffersWriter  = (*Conn)(nil)
+	_ transport.CloseWriter    = (*Conn)(nil)
+	_ transport.Poller         = (*Conn)(nil)
+	_ transport.LowWaterReader = (*Conn)(nil)
 )
 
 // newConn applies cfg's per-connection options to tc and wraps it.

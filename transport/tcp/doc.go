@@ -80,5 +80,6 @@
 // writev, without allocating and without modifying the caller's slices),
 // transport.CloseWriter (TCP half-close) and transport.Poller (ReadNow and
 // WriteNow: one non-blocking read(2) or write(2) on the socket; Yield:
-// sched_yield on Linux), without allocating.
+// sched_yield on Linux) and transport.LowWaterReader (SetReadLowWater:
+// SO_RCVLOWAT on Unix, nothing elsewhere), without allocating.
 package tcp

@@ -199,11 +199,17 @@ func shmStale(t *testing.T, ctx context.Context, name string, c ShmCell) {
 	for _, p := range procs {
 		p.Await(t, ctx, "READY ")
 	}
+	// Stop every rank before killing any: a rank that sees a peer die
+	// (its pidfd fires) fails at once and exits, before its own SIGKILL
+	// could reach it, and a stopped peer is noticed only at the timeout.
+	for _, p := range procs {
+		p.Signal(t, syscall.SIGSTOP)
+	}
 	for _, p := range procs {
 		p.Signal(t, os.Kill)
 	}
 	for _, p := range procs {
-		p.Wait(t, ctx)
+		assert.Equal(t, -1, p.Wait(t, ctx), "rank %d: a signal must end it\n%s", p.Rank, p.Dump())
 	}
 	require.False(t, SegmentGone(name), "the killed job must leave its segment for this cell to mean anything")
 	procs = StartShmJob(t, ctx, name, Repeat(comm.OpAllgatherv, c.Size), nil, ShmItersEnv+"=5")

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/starcomm/starcomm/transport"
 )
@@ -36,6 +37,13 @@ type link struct {
 	poller transport.Poller
 	cw     transport.CloseWriter
 	lw     transport.LowWaterReader
+	// astage is the page-aligned buffer in which writeAll copies a
+	// medium-sized frame before it writes it (see alignedStageMax);
+	// allocated on first use.
+	astage []byte
+	// direct is set when conn is a transport.DirectWriter that reports
+	// true (see alignedStageMax).
+	direct bool
 	// lowSet is set while lw has a low-water mark above 1 (see readFull).
 	lowSet bool
 
@@ -118,6 +126,9 @@ func newLink(peer int, conn transport.Conn, timeout time.Duration) *link {
 	l.poller, _ = conn.(transport.Poller)
 	l.cw, _ = conn.(transport.CloseWriter)
 	l.lw, _ = conn.(transport.LowWaterReader)
+	if dw, ok := conn.(transport.DirectWriter); ok {
+		l.direct = dw.WritesDirect()
+	}
 	return l
 }
 
@@ -311,6 +322,15 @@ func (l *link) sendFrame(tag byte, extra []byte, parts ...[]byte) error {
 // writeAll writes hdr and parts, at most chunk bytes per call, each call
 // armed. With a BuffersWriter each call is one writev.
 func (l *link) writeAll(hdr []byte, parts [][]byte) error {
+	if l.direct {
+		n := len(hdr)
+		for _, p := range parts {
+			n += len(p)
+		}
+		if n > stageMax && n <= alignedStageMax {
+			return l.writeStaged(n, hdr, parts)
+		}
+	}
 	all := l.wbufs[:0]
 	if len(hdr) > 0 {
 		all = append(all, hdr)
@@ -325,6 +345,52 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 	clear(all) // do not keep the caller's memory alive
 	return err
 }
+
+// alignedStageMax is the largest frame, header included, that writeAll
+// copies into a page-aligned buffer of the link's and writes from there
+// with one system call, when the transport is a transport.DirectWriter
+// (plain TCP; not TLS, which copies the bytes into records of its own).
+//
+// The kernel copies what a process writes to a socket into pages of its
+// own with "rep movsb" on processors with fast short string moves, and on
+// AMD EPYC (Zen 4; measured in a KVM guest) that instruction runs about 15
+// times slower (2.5-3.5 GB/s against 42-56 GB/s) when the destination lies
+// 1 to 15 bytes past the source modulo 4096 (bench/repmovsb.c measures it). A frame's 5-byte header puts its
+// payload 5 bytes past where a page-aligned buffer (as Go allocates large
+// slices) starts, whenever the kernel begins the frame at the start of a
+// page: every copy of that payload then takes the slow path. Writing the
+// frame from a page-aligned stage, header first, keeps the distance at
+// what it is for the stream (0 from a fresh page). The copy into the
+// stage (Go's vector copy, which has no such penalty) costs a fraction of
+// what it saves; above this size the copy into a buffer that must stay
+// allocated would cost more memory than it is worth (and the gain was
+// not measured there).
+const alignedStageMax = 1 << 20
+
+// writeStaged writes the frame of n bytes made of hdr and parts from
+// l.astage (see alignedStageMax), under one armed deadline.
+func (l *link) writeStaged(n int, hdr []byte, parts [][]byte) error {
+	if l.astage == nil {
+		b := make([]byte, alignedStageMax+pageSize)
+		off := int(-uintptr(unsafe.Pointer(&b[0])) & (pageSize - 1))
+		l.astage = b[off : off+alignedStageMax : off+alignedStageMax]
+	}
+	k := copy(l.astage, hdr)
+	for _, p := range parts {
+		k += copy(l.astage[k:], p)
+	}
+	if err := l.arm(true); err != nil {
+		return err
+	}
+	if _, err := l.conn.Write(l.astage[:n]); err != nil {
+		return l.ioErr(err, true)
+	}
+	return nil
+}
+
+// pageSize is the page size the stage of writeStaged is aligned to (the
+// distance that matters is modulo 4096 whatever the system's page size).
+const pageSize = 4096
 
 // writeChunks writes bufs (which it consumes) in calls of at most chunk
 // bytes.

@@ -57,6 +57,16 @@ type LowWaterReader interface {
 	SetReadLowWater(n int) error
 }
 
+// DirectWriter is an optional property of a Conn: its Write hands the
+// caller's bytes to the kernel's socket copy as they are (a plain TCP
+// socket; not TLS, which encrypts them into buffers of its own). Where those
+// bytes sit in memory then matters to the speed of that copy on some
+// processors, and star writes a medium-sized frame from a page-aligned
+// buffer of its own when the Conn reports true.
+type DirectWriter interface {
+	WritesDirect() bool
+}
+
 // CloseWriter is an optional ability of a Conn: shut down the writing side
 // (TCP's half-close) so the peer reads EOF after the data already sent,
 // while this end can still read. After CloseWrite, Write fails; Read still

@@ -76,6 +76,10 @@ func newConn(tc *net.TCPConn, cfg Config) (*Conn, error) {
 	return c, nil
 }
 
+// WritesDirect implements transport.DirectWriter: Write and WriteBuffers
+// pass the caller's bytes to the kernel as they are.
+func (c *Conn) WritesDirect() bool { return true }
+
 // WriteBuffers writes the buffers in order as one gathered write (writev on
 // systems that have it) and returns the number of bytes written, which is
 // less than the total only when err is non-nil. Unlike net.Buffers.WriteTo

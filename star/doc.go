@@ -289,8 +289,8 @@
 //     hears from none of its workers (two or more) names itself, as they
 //     do, once one more heartbeat interval has brought nothing (a
 //     coordinator kept off the CPU finds its timers due before it has
-//     read the heartbeats waiting in its sockets), and a worker's Abort that says rank 0 is unresponsive makes the
-//     coordinator, which is plainly alive, name that worker: the silence
+//     read the heartbeats waiting in its sockets), and a worker's Abort
+//     that says rank 0 is unresponsive makes the coordinator, which is plainly alive, name that worker: the silence
 //     is on its side. smux's own keep-alive is off: it checks once per
 //     interval, so it notices silence only after one to two intervals, and
 //     its error is not os.ErrDeadlineExceeded.

@@ -320,7 +320,9 @@ func (l *link) sendFrame(tag byte, extra []byte, parts ...[]byte) error {
 }
 
 // writeAll writes hdr and parts, at most chunk bytes per call, each call
-// armed. With a BuffersWriter each call is one writev.
+// armed. With a BuffersWriter each call is one writev; a frame of the size
+// that alignedStageMax describes, over a direct writer, goes through
+// writeStaged instead.
 func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 	if l.direct {
 		n := len(hdr)
@@ -355,10 +357,11 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 // own with "rep movsb" on processors with fast short string moves, and on
 // AMD EPYC (Zen 4; measured in a KVM guest) that instruction runs about 15
 // times slower (2.5-3.5 GB/s against 42-56 GB/s) when the destination lies
-// 1 to 15 bytes past the source modulo 4096 (bench/repmovsb.c measures it). A frame's 5-byte header puts its
-// payload 5 bytes past where a page-aligned buffer (as Go allocates large
-// slices) starts, whenever the kernel begins the frame at the start of a
-// page: every copy of that payload then takes the slow path. Writing the
+// 1 to 15 bytes past the source modulo 4096 (bench/repmovsb.c measures
+// it). A frame's 5-byte header puts its payload 5 bytes past where a
+// page-aligned buffer (as Go allocates large slices) starts, whenever the
+// kernel begins the frame at the start of a page: every copy of that
+// payload then takes the slow path. Writing the
 // frame from a page-aligned stage, header first, keeps the distance at
 // what it is for the stream (0 from a fresh page). The copy into the
 // stage (Go's vector copy, which has no such penalty) costs a fraction of

@@ -320,10 +320,12 @@ func (l *link) sendFrame(tag byte, extra []byte, parts ...[]byte) error {
 }
 
 // writeAll writes hdr and parts, at most chunk bytes per call, each call
-// armed. With a BuffersWriter each call is one writev; a frame of the size
-// that alignedStageMax describes, over a direct writer, goes through
-// writeStaged instead.
+// armed. With a BuffersWriter each call is one writev. Over a direct
+// writer, a frame of the size that alignedStageMax describes goes through
+// writeStaged instead, and a larger one starts with the lead that leadFrag
+// describes.
 func (l *link) writeAll(hdr []byte, parts [][]byte) error {
+	all := l.wbufs[:0]
 	if l.direct {
 		n := len(hdr)
 		for _, p := range parts {
@@ -332,8 +334,20 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 		if n > stageMax && n <= alignedStageMax {
 			return l.writeStaged(n, hdr, parts)
 		}
+		if n > alignedStageMax {
+			m, i, k := l.stageLead(hdr, parts)
+			if err := l.writeStage(m); err != nil {
+				return err
+			}
+			hdr = nil
+			if i < len(parts) {
+				all = append(all, parts[i][k:])
+				parts = parts[i+1:]
+			} else {
+				parts = nil
+			}
+		}
 	}
-	all := l.wbufs[:0]
 	if len(hdr) > 0 {
 		all = append(all, hdr)
 	}
@@ -365,23 +379,90 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 // frame from a page-aligned stage, header first, keeps the distance at
 // what it is for the stream (0 from a fresh page). The copy into the
 // stage (Go's vector copy, which has no such penalty) costs a fraction of
-// what it saves; above this size the copy into a buffer that must stay
-// allocated would cost more memory than it is worth (and the gain was
-// not measured there).
+// what it saves; a larger frame is not copied whole (the buffer would
+// have to stay allocated, and the extra copies of many MiB cost more than
+// they saved) but starts with a lead (see leadFrag).
 const alignedStageMax = 1 << 20
+
+// leadFrag is the size of the page fragments in which Linux's TCP keeps
+// what a thread writes (32 KiB), and the basis of the lead with which
+// writeAll starts a frame over alignedStageMax.
+//
+// Within a fragment the kernel copies a write's bytes contiguously, so the
+// distance between source and destination that alignedStageMax describes
+// stays what it was at the frame's start, and a frame written straight
+// from a page-aligned buffer, header first, keeps the slow distance of 5
+// throughout. The kernel starts a fresh fragment, at its first byte, when
+// fewer than 32 bytes are left in the current one. So the lead, hdr and
+// the first bytes of the payload copied into the stage, is leadFrag-31 to
+// leadFrag-1 bytes long: when the frame starts a fragment (as it does
+// once the peer has read what came before), the lead leaves 1 to 31 bytes
+// of it, and the rest of the frame, written from the caller's memory,
+// starts a fresh fragment with a distance set by its own address alone;
+// stageLead makes that distance 0 or at least 16. When the frame starts
+// elsewhere in a fragment, the rest continues it with the distance the
+// frame had before: nothing is lost. On allgatherv-2MiB (R = 4, Zen 4)
+// the lead took the median from 12.6 to 8.8 ms.
+const leadFrag = 32 << 10
 
 // writeStaged writes the frame of n bytes made of hdr and parts from
 // l.astage (see alignedStageMax), under one armed deadline.
 func (l *link) writeStaged(n int, hdr []byte, parts [][]byte) error {
+	st := l.stage()
+	k := copy(st, hdr)
+	for _, p := range parts {
+		k += copy(st[k:], p)
+	}
+	return l.writeStage(n)
+}
+
+// stageLead copies hdr and the first bytes of parts into l.astage, the
+// lead that leadFrag describes: at least leadFrag-31 bytes, extended by
+// up to 15 when the next byte of parts would otherwise lie 1 to 15 bytes
+// before a page boundary of the source, and never more than leadFrag-1.
+// It returns the lead's length m and where the rest starts: parts[i][k:]
+// (i = len(parts) when nothing is left; k < len(parts[i]) otherwise).
+func (l *link) stageLead(hdr []byte, parts [][]byte) (m, i, k int) {
+	st := l.stage()
+	m = copy(st, hdr)
+	const want = leadFrag - 31
+	for i < len(parts) {
+		p := parts[i][k:]
+		if len(p) == 0 {
+			i, k = i+1, 0
+			continue
+		}
+		var take int
+		if m < want {
+			take = min(len(p), want-m)
+		} else {
+			a := int(uintptr(unsafe.Pointer(&p[0])) & (pageSize - 1))
+			if a <= pageSize-16 || m >= leadFrag-1 {
+				return m, i, k
+			}
+			take = min(len(p), pageSize-a, leadFrag-1-m)
+		}
+		m += copy(st[m:], p[:take])
+		k += take
+		if k == len(parts[i]) {
+			i, k = i+1, 0
+		}
+	}
+	return m, i, k
+}
+
+// stage returns l.astage, allocating it on first use.
+func (l *link) stage() []byte {
 	if l.astage == nil {
 		b := make([]byte, alignedStageMax+pageSize)
 		off := int(-uintptr(unsafe.Pointer(&b[0])) & (pageSize - 1))
 		l.astage = b[off : off+alignedStageMax : off+alignedStageMax]
 	}
-	k := copy(l.astage, hdr)
-	for _, p := range parts {
-		k += copy(l.astage[k:], p)
-	}
+	return l.astage
+}
+
+// writeStage writes l.astage[:n] under one armed deadline.
+func (l *link) writeStage(n int) error {
 	if err := l.arm(true); err != nil {
 		return err
 	}

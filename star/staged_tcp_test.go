@@ -17,10 +17,12 @@ import (
 // stagedSizes are frame payloads around the limits of the page-aligned
 // stage a frame is copied into before it is written over TCP (frames of
 // more than 16 KiB and at most 1 MiB, header included; see
-// alignedStageMax): just past the small frames' stage, in the middle, the
-// largest staged frame, one byte more, and the largest again after it (a
-// shorter frame after a longer one must not carry the longer one's tail).
-var stagedSizes = []int{16<<10 - star.HeaderSize + 1, 300_001, 1<<20 - star.HeaderSize, 1<<20 - star.HeaderSize + 1, 20_000, 1<<20 - star.HeaderSize}
+// alignedStageMax) and of the lead a larger frame starts with (see
+// leadFrag): just past the small frames' stage, in the middle, the
+// largest staged frame, one byte more (the smallest with a lead), a
+// larger one, and staged frames again after them (a shorter frame after a
+// longer one must not carry the longer one's tail).
+var stagedSizes = []int{16<<10 - star.HeaderSize + 1, 300_001, 1<<20 - star.HeaderSize, 1<<20 - star.HeaderSize + 1, 20_000, 3<<20 + 7, 1<<20 - star.HeaderSize, 40_000}
 
 // pattern returns n bytes that differ from one frame (seed) to the next.
 func pattern(n, seed int) []byte {
@@ -32,13 +34,16 @@ func pattern(n, seed int) []byte {
 }
 
 // TestStagedFrameBytes: a worker's frames of every size around the staged
-// range reach the wire byte for byte (header and payload), read here by a
-// coordinator of the test's over real TCP.
+// range and past it (with a lead) reach the wire byte for byte (header and
+// payload), read here by a coordinator of the test's over real TCP.
 func TestStagedFrameBytes(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	w, co := tcpFakeCoordinator(t, 2*time.Second)
 	for i, n := range stagedSizes {
-		send := pattern(n, i)
+		// Each frame starts at another offset from a page boundary, so
+		// that the lead of the larger ones ends at different distances.
+		off := (i * 1237) % 4096
+		send := pattern(n+off, i)[off:]
 		done := make(chan error, 1)
 		go func() {
 			tag, payload, err := readRawFrame(co, n)
@@ -66,7 +71,7 @@ func TestStagedFrameBytes(t *testing.T) {
 }
 
 // TestStagedScatter: the coordinator's replies of every size around the
-// staged range, written by its links' goroutines at once from the same
+// staged range and past it, written by its links' goroutines at once from the same
 // regions, reach every worker whole and right, over real TCP.
 func TestStagedScatter(t *testing.T) {
 	const size = 4

@@ -36,6 +36,7 @@ type coordinator struct {
 	// Scratch reused across collectives.
 	todo    []*link // the links a fan-in or fan-out still waits for
 	stage   []byte  // a small frame, staged once for every link
+	astage  []byte  // a medium frame, staged once for every link (see scatter)
 	one     [1][]byte
 	opBytes []byte   // allreduce: the op byte each worker sent, by rank
 	scratch []uint64 // allreduce: the workers' contributions
@@ -48,18 +49,19 @@ type coordinator struct {
 type request struct {
 	kind  reqKind
 	tag   byte     // reqWrite: the frame's tag
-	parts [][]byte // reqWrite: its payload, in order
+	parts [][]byte // reqWrite: its payload, in order; reqWriteStaged: the whole frame
 }
 
 type reqKind uint8
 
 const (
-	reqRead       reqKind = iota // finish the frame begun with beginRead
-	reqWrite                     // write a frame of tag with payload parts
-	reqRest                      // write what postFrame left
-	reqHeader                    // read and check the header of the frame begun with beginRead
-	reqRelayRead                 // read the rest of the relayed region (see relay)
-	reqRelayWrite                // write the relayed AllgathervRecv frame (see relay)
+	reqRead        reqKind = iota // finish the frame begun with beginRead
+	reqWrite                      // write a frame of tag with payload parts
+	reqWriteStaged                // write the frame staged in parts[0] (see scatter)
+	reqRest                       // write what postFrame left
+	reqHeader                     // read and check the header of the frame begun with beginRead
+	reqRelayRead                  // read the rest of the relayed region (see relay)
+	reqRelayWrite                 // write the relayed AllgathervRecv frame (see relay)
 )
 
 // result is a link's answer to a request.
@@ -103,6 +105,8 @@ func (co *coordinator) serve(l *link) {
 			err = l.finishRead()
 		case reqWrite:
 			err = l.writeFrame(req.tag, nil, req.parts...)
+		case reqWriteStaged:
+			err = l.writeStagedFrame(req.parts[0])
 		case reqRest:
 			err = l.finishWrite()
 		case reqHeader:
@@ -216,7 +220,7 @@ func (co *coordinator) fan(links []*link, req request, cut bool) error {
 			switch req.kind {
 			case reqRead:
 				co.byRank[res.peer].arrive(seq)
-			case reqWrite, reqRest:
+			case reqWrite, reqWriteStaged, reqRest:
 				co.byRank[res.peer].deliver(seq, time.Now())
 			}
 		}
@@ -259,9 +263,13 @@ func (co *coordinator) gather(spin time.Duration) error {
 // scatter sends every worker link but skip a frame of tag with payload
 // parts. A small frame goes out from this goroutine as far as each link
 // takes it without waiting (with polling); the rest is written by the
-// links' goroutines, concurrently. It returns the first failure; other links
-// are left to finish, since a worker that gets the whole result has a
-// correct result.
+// links' goroutines, concurrently. A frame of the size that
+// alignedStageMax describes, to links that are all direct writers, is
+// copied once into co.astage and every link writes it from there (one
+// copy instead of one per link: the same bytes go to every worker). It
+// returns the first failure once every link's write is over (the links'
+// goroutines may read co.astage until then); a worker that gets the
+// whole result has a correct result.
 func (co *coordinator) scatter(tag byte, parts [][]byte, skip int) error {
 	n := 0
 	for _, p := range parts {
@@ -269,10 +277,21 @@ func (co *coordinator) scatter(tag byte, parts [][]byte, skip int) error {
 	}
 	todo := co.todo[:0]
 	if !co.polled || co.c.spin(n) == 0 {
+		direct := true
 		for _, l := range co.workers {
 			if l.peer != skip {
 				todo = append(todo, l)
+				direct = direct && l.direct
 			}
+		}
+		if size := HeaderSize + n; direct && len(todo) > 1 && size > stageMax && size <= alignedStageMax {
+			co.astage = stageAligned(co.astage)
+			PutHeader(co.astage[:HeaderSize], tag, n)
+			k := HeaderSize
+			for _, p := range parts {
+				k += copy(co.astage[k:], p)
+			}
+			return co.fan(todo, request{kind: reqWriteStaged, parts: [][]byte{co.astage[:size]}}, false)
 		}
 		return co.fan(todo, request{kind: reqWrite, tag: tag, parts: parts}, false)
 	}

@@ -216,7 +216,10 @@
 // memory: Linux keeps a thread's socket writes in 32 KiB page fragments
 // and starts a fresh one when fewer than 32 bytes are left, so when the
 // frame began a fragment the rest begins the next one, at a distance set
-// by its own address (0, or 16 and more: the lead is chosen so).
+// by its own address (a multiple of 32, the fastest, when the lead can
+// make it one, and never 1 to 15). The coordinator's reply of 16 KiB to 1
+// MiB, the same bytes for every worker, is copied once into a page-aligned
+// buffer of its own and every link's goroutine writes it from there.
 //
 // # Timeouts and failure
 //

@@ -57,9 +57,10 @@ func leadCases() []leadCase {
 
 // TestStageLead: the lead is hdr and the payload's first bytes in order,
 // leadFrag-31 to leadFrag-1 bytes long, and what is left starts where
-// stageLead says, at a source address 0 or at least 16 bytes before a
-// page boundary whenever the window allows it (always, but for frames of
-// short parts that all end at bad addresses).
+// stageLead says: for a frame of one part, at a multiple of leadAlign in
+// memory whenever a lead of that length would end there; in every case,
+// not 1 to 15 bytes before a page boundary, unless the window is
+// exhausted (frames of short parts that all end at bad addresses).
 func TestStageLead(t *testing.T) {
 	for _, c := range leadCases() {
 		var l link
@@ -80,6 +81,14 @@ func TestStageLead(t *testing.T) {
 		require.True(t, bytes.Equal(l.astage[:m], frame[:m]), "%s: the lead is not the frame's first %d bytes", c.name, m)
 		require.True(t, bytes.Equal(rest, frame[m:]), "%s: the rest is not the frame after the lead", c.name)
 		a := int(uintptr(unsafe.Pointer(&c.parts[i][k])) & (pageSize - 1))
+		if len(c.parts) == 1 {
+			p0 := uintptr(unsafe.Pointer(&c.parts[0][0]))
+			for m2 := leadFrag - 31; m2 <= leadFrag-1; m2++ {
+				if (p0+uintptr(m2-len(c.hdr)))%leadAlign == 0 {
+					require.Zero(t, a%leadAlign, "%s: the rest starts at %d mod %d, a lead of %d would have made it 0", c.name, a%leadAlign, leadAlign, m2)
+				}
+			}
+		}
 		if m < leadFrag-1 {
 			require.False(t, a > pageSize-16, "%s: the rest starts %d bytes before a page boundary", c.name, pageSize-a)
 		}

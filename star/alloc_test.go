@@ -111,7 +111,8 @@ func steadyStateAllocations(t *testing.T, tweak func(*star.Config)) {
 	m1, m2 := round(short), round(long)
 	extra := float64(int64(m2)-int64(m1)) / float64((long-short)*5)
 	t.Logf("allocations per collective, all %d ranks together: %.4f (mallocs: %d in %d rounds, %d in %d)", ranks, extra, m1, short, m2, long)
-	// A collective that allocated would show 1 or more; what is left is the
-	// runtime's own (sudog caches refilling under select), about 0.03.
-	require.Less(t, extra, 0.25, "allocations per collective (all ranks together)")
+	// One allocation in one of a round's five collectives shows 0.2; what
+	// is left is the runtime's own (sudog caches refilling under select),
+	// about 0.03.
+	require.Less(t, extra, 0.1, "allocations per collective (all ranks together)")
 }

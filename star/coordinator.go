@@ -34,9 +34,10 @@ type coordinator struct {
 	polled bool
 
 	// Scratch reused across collectives.
-	todo    []*link // the links a fan-in or fan-out still waits for
-	stage   []byte  // a small frame, staged once for every link
-	astage  []byte  // a medium frame, staged once for every link (see scatter)
+	todo    []*link   // the links a fan-in or fan-out still waits for
+	stage   []byte    // a small frame, staged once for every link
+	astage  []byte    // a medium frame, staged once for every link (see scatter)
+	staged  [1][]byte // the request's parts for astage (no allocation per scatter)
 	one     [1][]byte
 	opBytes []byte   // allreduce: the op byte each worker sent, by rank
 	scratch []uint64 // allreduce: the workers' contributions
@@ -291,7 +292,8 @@ func (co *coordinator) scatter(tag byte, parts [][]byte, skip int) error {
 			for _, p := range parts {
 				k += copy(co.astage[k:], p)
 			}
-			return co.fan(todo, request{kind: reqWriteStaged, parts: [][]byte{co.astage[:size]}}, false)
+			co.staged[0] = co.astage[:size]
+			return co.fan(todo, request{kind: reqWriteStaged, parts: co.staged[:]}, false)
 		}
 		return co.fan(todo, request{kind: reqWrite, tag: tag, parts: parts}, false)
 	}

@@ -325,7 +325,6 @@ func (l *link) sendFrame(tag byte, extra []byte, parts ...[]byte) error {
 // writeStaged instead, and a larger one starts with the lead that leadFrag
 // describes.
 func (l *link) writeAll(hdr []byte, parts [][]byte) error {
-	all := l.wbufs[:0]
 	if l.direct {
 		n := len(hdr)
 		for _, p := range parts {
@@ -335,19 +334,44 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 			return l.writeStaged(n, hdr, parts)
 		}
 		if n > alignedStageMax {
-			m, i, k := l.stageLead(hdr, parts)
-			if err := l.writeStage(m); err != nil {
-				return err
-			}
-			hdr = nil
-			if i < len(parts) {
-				all = append(all, parts[i][k:])
-				parts = parts[i+1:]
-			} else {
-				parts = nil
-			}
+			return l.writeLong(hdr, parts)
 		}
 	}
+	return l.writeGathered(hdr, parts)
+}
+
+// writeLong writes hdr and parts, the start (or the whole) of a frame of
+// more than alignedStageMax bytes: over a direct writer, the lead that
+// leadFrag describes first, then the rest straight from parts (a relayed
+// frame's later bytes follow with writeGathered, continuing the kernel's
+// fragment at the distance the lead set).
+func (l *link) writeLong(hdr []byte, parts [][]byte) error {
+	if !l.direct {
+		return l.writeGathered(hdr, parts)
+	}
+	m, i, k := l.stageLead(hdr, parts)
+	if err := l.writeStage(m); err != nil {
+		return err
+	}
+	if i == len(parts) {
+		return nil
+	}
+	all := append(l.wbufs[:0], parts[i][k:])
+	for _, p := range parts[i+1:] {
+		if len(p) > 0 {
+			all = append(all, p)
+		}
+	}
+	l.wbufs = all[:0]
+	err := l.writeChunks(all)
+	clear(all) // do not keep the caller's memory alive
+	return err
+}
+
+// writeGathered writes hdr and parts as they are, at most chunk bytes per
+// call.
+func (l *link) writeGathered(hdr []byte, parts [][]byte) error {
+	all := l.wbufs[:0]
 	if len(hdr) > 0 {
 		all = append(all, hdr)
 	}

@@ -223,7 +223,12 @@ func (co *coordinator) relayWrite(l *link) error {
 	l.wdirty = true
 	var one [1][]byte
 	one[0] = parts[0]
-	if err := l.writeAll(l.whdr[:HeaderSize], one[:]); err != nil {
+	// The frame is over alignedStageMax (relayMin): it starts with a lead,
+	// and every later piece is written straight from the regions, which
+	// continue it in memory as on the wire (staging them would cost a
+	// copy per link of every region; at R = 8 that took allgatherv-cuts
+	// and sddp-iteration 1.06x and 1.16x as long).
+	if err := l.writeLong(l.whdr[:HeaderSize], one[:]); err != nil {
 		return err
 	}
 	for r := 1; r < len(parts); r++ {
@@ -234,7 +239,7 @@ func (co *coordinator) relayWrite(l *link) error {
 				return errCut
 			}
 			one[0] = p[sent:have]
-			if err := l.writeAll(nil, one[:]); err != nil {
+			if err := l.writeGathered(nil, one[:]); err != nil {
 				return err
 			}
 			sent = have

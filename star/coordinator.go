@@ -286,7 +286,7 @@ func (co *coordinator) scatter(tag byte, parts [][]byte, skip int) error {
 			}
 		}
 		if size := HeaderSize + n; direct && len(todo) > 1 && size > stageMax && size <= alignedStageMax {
-			co.astage = stageAligned(co.astage)
+			co.astage = stageAligned(co.astage, size)
 			PutHeader(co.astage[:HeaderSize], tag, n)
 			k := HeaderSize
 			for _, p := range parts {

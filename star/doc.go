@@ -210,7 +210,8 @@
 // where the kernel starts a frame at a page boundary, and every byte of it
 // then takes the slow copy. From the staged copy the distance is the
 // stream's own. The buffer (1 MiB and a page) is allocated on the first
-// such frame and kept with the link. A larger frame starts with a lead of
+// such frame and kept with the link (32 KiB and a page on a link that only
+// ever writes leads, below). A larger frame starts with a lead of
 // 32 KiB less 1 to 31 bytes, its header and first bytes copied into that
 // buffer and written alone, and the rest follows from the caller's
 // memory: Linux keeps a thread's socket writes in 32 KiB page fragments

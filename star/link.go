@@ -38,8 +38,9 @@ type link struct {
 	cw     transport.CloseWriter
 	lw     transport.LowWaterReader
 	// astage is the page-aligned buffer in which writeAll copies a
-	// medium-sized frame before it writes it (see alignedStageMax);
-	// allocated on first use.
+	// medium-sized frame, or a large frame's lead, before it writes it
+	// (see alignedStageMax and leadFrag); allocated on first use (see
+	// stage).
 	astage []byte
 	// direct is set when conn is a transport.DirectWriter that reports
 	// true (see alignedStageMax).
@@ -433,7 +434,7 @@ const leadFrag = 32 << 10
 // writeStaged writes the frame of n bytes made of hdr and parts from
 // l.astage (see alignedStageMax), under one armed deadline.
 func (l *link) writeStaged(n int, hdr []byte, parts [][]byte) error {
-	st := l.stage()
+	st := l.stage(n)
 	k := copy(st, hdr)
 	for _, p := range parts {
 		k += copy(st[k:], p)
@@ -450,7 +451,7 @@ func (l *link) writeStaged(n int, hdr []byte, parts [][]byte) error {
 // returns the lead's length m and where the rest starts: parts[i][k:]
 // (i = len(parts) when nothing is left; k < len(parts[i]) otherwise).
 func (l *link) stageLead(hdr []byte, parts [][]byte) (m, i, k int) {
-	st := l.stage()
+	st := l.stage(leadFrag)
 	m = copy(st, hdr)
 	const lo, hi = leadFrag - 31, leadFrag - 1
 	for i < len(parts) {
@@ -492,21 +493,29 @@ func (l *link) stageLead(hdr []byte, parts [][]byte) (m, i, k int) {
 // 2.5 GB/s at 1 to 15).
 const leadAlign = 32
 
-// stage returns l.astage, allocating it on first use.
-func (l *link) stage() []byte {
-	l.astage = stageAligned(l.astage)
+// stage returns l.astage, at least n bytes long (n <= alignedStageMax),
+// allocating it on first use and growing it once: a link that only ever
+// writes leads (rank 0's, whose medium replies go out from the
+// coordinator's shared stage) keeps leadFrag bytes, not a MiB.
+func (l *link) stage(n int) []byte {
+	l.astage = stageAligned(l.astage, n)
 	return l.astage
 }
 
-// stageAligned returns st, or when st is nil a new page-aligned buffer of
-// alignedStageMax bytes.
-func stageAligned(st []byte) []byte {
-	if st == nil {
-		b := make([]byte, alignedStageMax+pageSize)
-		off := int(-uintptr(unsafe.Pointer(&b[0])) & (pageSize - 1))
-		st = b[off : off+alignedStageMax : off+alignedStageMax]
+// stageAligned returns st when it holds n bytes, and otherwise a new
+// page-aligned buffer of leadFrag bytes (n <= leadFrag) or alignedStageMax
+// bytes (n <= alignedStageMax).
+func stageAligned(st []byte, n int) []byte {
+	if len(st) >= n {
+		return st
 	}
-	return st
+	size := alignedStageMax
+	if n <= leadFrag {
+		size = leadFrag
+	}
+	b := make([]byte, size+pageSize)
+	off := int(-uintptr(unsafe.Pointer(&b[0])) & (pageSize - 1))
+	return b[off : off+size : off+size]
 }
 
 // writeStage writes l.astage[:n] under one armed deadline.

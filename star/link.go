@@ -357,20 +357,11 @@ func (l *link) writeLong(hdr []byte, parts [][]byte) error {
 	if i == len(parts) {
 		return nil
 	}
-	all := append(l.wbufs[:0], parts[i][k:])
-	for _, p := range parts[i+1:] {
-		if len(p) > 0 {
-			all = append(all, p)
-		}
-	}
-	l.wbufs = all[:0]
-	err := l.writeChunks(all)
-	clear(all) // do not keep the caller's memory alive
-	return err
+	return l.writeGathered(parts[i][k:], parts[i+1:])
 }
 
-// writeGathered writes hdr and parts as they are, at most chunk bytes per
-// call.
+// writeGathered writes hdr (any first bytes) and parts as they are, at
+// most chunk bytes per call.
 func (l *link) writeGathered(hdr []byte, parts [][]byte) error {
 	all := l.wbufs[:0]
 	if len(hdr) > 0 {

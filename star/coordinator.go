@@ -287,12 +287,7 @@ func (co *coordinator) scatter(tag byte, parts [][]byte, skip int) error {
 		}
 		if size := HeaderSize + n; direct && len(todo) > 1 && size > stageMax && size <= alignedStageMax {
 			co.astage = stageAligned(co.astage, size)
-			PutHeader(co.astage[:HeaderSize], tag, n)
-			k := HeaderSize
-			for _, p := range parts {
-				k += copy(co.astage[k:], p)
-			}
-			co.staged[0] = co.astage[:size]
+			co.staged[0] = stageFrame(co.astage, tag, nil, parts) // in place: it fits
 			return co.fan(todo, request{kind: reqWriteStaged, parts: co.staged[:]}, false)
 		}
 		return co.fan(todo, request{kind: reqWrite, tag: tag, parts: parts}, false)

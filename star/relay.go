@@ -226,8 +226,8 @@ func (co *coordinator) relayWrite(l *link) error {
 	// The frame is over alignedStageMax (relayMin): it starts with a lead,
 	// and every later piece is written straight from the regions, which
 	// continue it in memory as on the wire (staging them would cost a
-	// copy per link of every region; at R = 8 that took allgatherv-cuts
-	// and sddp-iteration 1.06x and 1.16x as long).
+	// copy per link of every region: at R = 8, rank 0's memmove in an
+	// allgatherv-cuts profile fell from 1398 to 347 samples without it).
 	if err := l.writeLong(l.whdr[:HeaderSize], one[:]); err != nil {
 		return err
 	}

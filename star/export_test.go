@@ -30,6 +30,10 @@ const HookAllSilent = hookAllSilent
 // allgatherv.
 const HookRelay = hookRelay
 
+// HookBegin is the hook point at which a collective is running, before
+// its first I/O.
+const HookBegin = hookBegin
+
 // AbortPayload is abortPayload: the payload of an Abort frame blaming rank
 // for a failure of op, with reason for people and cause classified.
 var AbortPayload = abortPayload

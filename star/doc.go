@@ -62,7 +62,11 @@
 // would reach R/(R+1) of the link's speed). The bytes on the wire are the
 // same. A worker that fails in the middle of its region leaves the others'
 // AllgathervRecv cut short, so the Abort naming it goes on the control
-// sessions (see "The control session").
+// sessions (see "The control session"). When every region is small
+// enough to poll (256 KiB), the coordinator first polls the workers'
+// frames, as for a smaller allgatherv, for at most 1 ms: if every region
+// is in by then (ranks on one host), it stores and forwards the result,
+// and otherwise it relays the rest, each frame from where polling left it.
 //
 // Allreduce: worker r sends AllreduceSend (0x03): one ReduceOp byte (Sum 0,
 // Min 1, Max 2, BitwiseOr 3) then its elements. The coordinator checks every

@@ -184,6 +184,9 @@ func (co *coordinator) relay(parts [][]byte) error {
 	}
 	for _, l := range readers {
 		rs.avail[l.peer] = l.roff // what polling read of it (its one part)
+	}
+	// Every region's progress is set before any reader or writer starts.
+	for _, l := range readers {
 		l.relayReading.Store(true)
 		co.c.hook(hookHandoff)
 		l.reqs <- request{kind: reqRelayRead}

@@ -54,8 +54,9 @@ func envInt(name string, def int) int {
 
 // timingChild runs one rank of a timing test.
 //
-//   - timing: ITERS rounds of allreduce, barrier and a 2 MiB allgatherv
-//     (alternating polled and not polled collectives), the compute rank
+//   - timing: ITERS rounds of allreduce, barrier, a 2 MiB allgatherv and a
+//     256 KiB one (relayed after polling at 4 ranks): polled and not
+//     polled collectives in turn, the compute rank
 //     sleeping COMPUTE_MS before each; Close; print DONE; exit 0.
 //   - wronglen: allreduce of 4 int64 in a loop; at the third, BAD_RANK
 //     passes 5. The README's pattern: `defer c.Close()`, and on error the
@@ -86,6 +87,14 @@ func timingChild(mode string) int {
 		for r := range counts {
 			counts[r], displs[r] = n, r*n
 		}
+		// 256 KiB per rank, 1 MiB in all at 4 ranks: relayed, its frames
+		// polled first (see package star).
+		m := 1 << 15
+		psend, precv := make([]float64, m), make([]float64, m*c.Size())
+		pcounts, pdispls := make([]int, c.Size()), make([]int, c.Size())
+		for r := range pcounts {
+			pcounts[r], pdispls[r] = m, r*m
+		}
 		sum := make([]float64, 4)
 		for i := range iters {
 			ops := []struct {
@@ -95,6 +104,7 @@ func timingChild(mode string) int {
 				{comm.OpAllreduce, func() error { return comm.Allreduce(ctx, c, []float64{1, 2, 3, 4}, sum, comm.Sum) }},
 				{comm.OpBarrier, func() error { return c.Barrier(ctx) }},
 				{comm.OpAllgatherv, func() error { return comm.Allgatherv(ctx, c, send, recv, counts, displs) }},
+				{comm.OpAllgatherv, func() error { return comm.Allgatherv(ctx, c, psend, precv, pcounts, pdispls) }},
 			}
 			for _, op := range ops {
 				if rank == envInt(envComputeRank, -1) {

@@ -22,7 +22,8 @@ import (
 // closeOps are the collectives TestCloseAtEveryHandoff interrupts: small
 // ones (polled), a large allgatherv stored and forwarded (served by the
 // coordinator's link goroutines), one relayed (each worker link's reader and
-// writer at once), and both kinds of broadcast.
+// writer at once), one relayed whose frames are polled first, and both
+// kinds of broadcast.
 var closeOps = []struct {
 	name string
 	run  func(ctx context.Context, c comm.Communicator) error
@@ -36,6 +37,10 @@ var closeOps = []struct {
 	}},
 	{"allgatherv-relayed", func(ctx context.Context, c comm.Communicator) error {
 		const n = 64 << 10 // 512 KiB per rank, 2 MiB in all: relayed, in steps
+		return comm.Allgatherv(ctx, c, make([]float64, n), make([]float64, 4*n), []int{n, n, n, n}, []int{0, n, 2 * n, 3 * n})
+	}},
+	{"allgatherv-polled-relay", func(ctx context.Context, c comm.Communicator) error {
+		const n = 32 << 10 // 256 KiB per rank, 1 MiB in all: relayed, but polled first
 		return comm.Allgatherv(ctx, c, make([]float64, n), make([]float64, 4*n), []int{n, n, n, n}, []int{0, n, 2 * n, 3 * n})
 	}},
 	{"allreduce", func(ctx context.Context, c comm.Communicator) error {

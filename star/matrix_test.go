@@ -23,6 +23,7 @@ func TestMatrix(t *testing.T) {
 	})()
 	cells := testkit.MatrixCells()
 	t.Logf("failure matrix: %d cells", len(cells))
+	var polledRelays []string // cells of the polled relay in which rank 0 went on to relay
 	for _, cell := range cells {
 		t.Run(cell.Name(), func(t *testing.T) {
 			before := relays.Load()
@@ -30,7 +31,22 @@ func TestMatrix(t *testing.T) {
 			if cell.Op == testkit.OpAllgathervRelayed && relays.Load() == before {
 				t.Errorf("the coordinator did not relay the allgatherv")
 			}
+			if cell.Op == testkit.OpAllgathervPolledRelay && relays.Load() > before {
+				polledRelays = append(polledRelays, cell.Name())
+			}
 		})
+	}
+	t.Logf("polled relay: rank 0 relayed in %d cells (%v), stored and forwarded in the others", len(polledRelays), polledRelays)
+	// Both ways out of the polling must be exercised: relaying what it
+	// left (a hung or late worker) and storing and forwarding.
+	polledCells := 0
+	for _, cell := range cells {
+		if cell.Op == testkit.OpAllgathervPolledRelay {
+			polledCells++
+		}
+	}
+	if len(polledRelays) == 0 || len(polledRelays) == polledCells {
+		t.Errorf("polled relay: rank 0 relayed in %d of %d cells; both ways must occur", len(polledRelays), polledCells)
 	}
 }
 

@@ -78,25 +78,32 @@ func TestStartupBoundedByConnectTimeout(t *testing.T) {
 
 // TestIdleLongerThanTimeout: one large collective (whose frames are
 // written and read by the links' goroutines, which arm the sockets'
-// deadlines), then only small, polled collectives for longer than the
-// timeout, with idle gaps longer than the timeout too. A healthy job never
-// fails. (The timeout is 1 s: at 300 ms the test failed once in CI, 1.5 s
+// deadlines) and a relayed one whose frames are polled first, then only
+// small, polled collectives for longer than the timeout, with idle gaps
+// longer than the timeout too, and the polled relay again after one. A
+// healthy job never fails. (The timeout is 1 s: at 300 ms the test failed once in CI, 1.5 s
 // in, with the race detector and other packages' tests sharing 2 cores,
 // where a healthy rank held up that long cannot be told from a hung one.)
 func TestIdleLongerThanTimeout(t *testing.T) {
 	const timeout = time.Second
 	comms, _ := startTCPLate(t, 4, -1, 0, func(c *star.Config) { c.Timeout = timeout })
 	ctx := context.Background()
-	n := 1 << 19 // 4 MiB of float64 per rank: not polled
-	for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error {
-		counts, displs := make([]int, 4), make([]int, 4)
-		for i := range counts {
-			counts[i], displs[i] = n, i*n
+	// 4 MiB of float64 per rank (not polled), then 256 KiB (1 MiB in all:
+	// relayed, its frames polled first).
+	large := func(n int, what string) {
+		t.Helper()
+		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error {
+			counts, displs := make([]int, 4), make([]int, 4)
+			for i := range counts {
+				counts[i], displs[i] = n, i*n
+			}
+			return comm.Allgatherv(ctx, c, make([]float64, n), make([]float64, 4*n), counts, displs)
+		}) {
+			require.NoError(t, err, "%s: rank %d", what, r)
 		}
-		return comm.Allgatherv(ctx, c, make([]float64, n), make([]float64, 4*n), counts, displs)
-	}) {
-		require.NoError(t, err, "large allgatherv: rank %d", r)
 	}
+	large(1<<19, "large allgatherv")
+	large(1<<15, "polled relayed allgatherv")
 	end := time.Now().Add(3 * timeout)
 	for i := 0; time.Now().Before(end); i++ {
 		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error {
@@ -108,6 +115,8 @@ func TestIdleLongerThanTimeout(t *testing.T) {
 	}
 	time.Sleep(2 * timeout) // every link idles longer than the timeout
 	barrierAll(t, comms, "barrier after idling")
+	time.Sleep(2 * timeout)
+	large(1<<15, "polled relayed allgatherv after idling")
 }
 
 // TestSlowButAliveRank: one rank computes for most of the timeout before

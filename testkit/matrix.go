@@ -40,8 +40,12 @@ const (
 	// allgatherv (320 kB per rank, 1.28 MB in all: the coordinator relays
 	// an AllgathervRecv of 1 MiB or more).
 	matrixRelayElems = 40000
-	matrixReduce     = 100 // float64 elements in allreduce
-	matrixDelay      = 3 * time.Second
+	// matrixPolledRelayElems: float64 elements per rank in the relayed
+	// allgatherv whose regions can be polled (262,144 bytes, the most that
+	// is polled, 1 MiB in all).
+	matrixPolledRelayElems = 32768
+	matrixReduce           = 100 // float64 elements in allreduce
+	matrixDelay            = 3 * time.Second
 )
 
 // Matrix operations.
@@ -54,12 +58,19 @@ const (
 	// middle of a region cuts every worker's frame short, and the Abort
 	// goes out of band.
 	OpAllgathervRelayed = "allgatherv-relayed"
-	OpAllreduce         = "allreduce"
-	OpBroadcastRoot0    = "broadcast-root0"
-	OpBroadcastWorker   = "broadcast-worker"
-	OpBarrier           = "barrier"
-	OpHandshake         = "handshake"
-	OpShutdown          = "shutdown"
+	// OpAllgathervPolledRelay is a relayed allgatherv whose regions are
+	// small enough to poll (256 KiB per rank, 1 MiB in all): the
+	// coordinator polls the frames first, for at most 1 ms, and stores
+	// and forwards the result if all are in by then, relaying the rest
+	// from where polling left it otherwise (control sessions on, as for
+	// OpAllgathervRelayed).
+	OpAllgathervPolledRelay = "allgatherv-polled-relay"
+	OpAllreduce             = "allreduce"
+	OpBroadcastRoot0        = "broadcast-root0"
+	OpBroadcastWorker       = "broadcast-worker"
+	OpBarrier               = "barrier"
+	OpHandshake             = "handshake"
+	OpShutdown              = "shutdown"
 )
 
 // Cell is one cell of the failure matrix.
@@ -93,7 +104,7 @@ func (c Cell) failing() int {
 // MatrixCells returns every cell of the matrix.
 func MatrixCells() []Cell {
 	var cells []Cell
-	ops := []string{OpAllgatherv, OpAllgathervRelayed, OpAllreduce, OpBroadcastRoot0, OpBroadcastWorker, OpBarrier}
+	ops := []string{OpAllgatherv, OpAllgathervRelayed, OpAllgathervPolledRelay, OpAllreduce, OpBroadcastRoot0, OpBroadcastWorker, OpBarrier}
 	corrupt := []faulty.Kind{faulty.CorruptTag, faulty.LenTooLarge, faulty.LenTooSmall}
 	for _, op := range ops {
 		for _, side := range []string{"worker", "coordinator"} {
@@ -148,6 +159,8 @@ func payloadLen(op string) int {
 		return 8 * matrixElems
 	case OpAllgathervRelayed:
 		return 8 * matrixRelayElems
+	case OpAllgathervPolledRelay:
+		return 8 * matrixPolledRelayElems
 	case OpAllreduce:
 		return 8*matrixReduce + 1
 	}
@@ -253,7 +266,7 @@ const RealClockTimeout = 2 * time.Second
 func RunMatrixRealClock(t *testing.T, accept func(Cell) bool) (times map[faulty.Kind][]time.Duration, closes []time.Duration) {
 	times = map[faulty.Kind][]time.Duration{}
 	for _, cell := range MatrixCells() {
-		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Op == OpAllgathervRelayed || cell.Fault == faulty.Delay || cell.isTimeRow() || cell.isLiveRow() || cell.When == timeAfterIdle || (accept != nil && !accept(cell)) {
+		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Op == OpAllgathervRelayed || cell.Op == OpAllgathervPolledRelay || cell.Fault == faulty.Delay || cell.isTimeRow() || cell.isLiveRow() || cell.When == timeAfterIdle || (accept != nil && !accept(cell)) {
 			continue
 		}
 		t.Run(cell.Name(), func(t *testing.T) {
@@ -310,7 +323,7 @@ func startFaultyOp(t *testing.T, s *faulty.Script, timeout time.Duration, op str
 		cfg.Timeout = timeout
 		cfg.ShutdownTimeout = matrixShutdown
 		cfg.Liveness = -1 // the spec's wire alone: the liveness rows have their own cells
-		if op == OpAllgathervRelayed {
+		if op == OpAllgathervRelayed || op == OpAllgathervPolledRelay {
 			cfg.Liveness = 10 * timeout
 		}
 		if cfg.Listener != nil {
@@ -333,10 +346,13 @@ func newOpRun(op string, rank int) *opRun {
 	o := &opRun{}
 	val := func(r, i int) float64 { return float64(r*100000 + i) }
 	switch op {
-	case OpAllgatherv, OpAllgathervRelayed:
+	case OpAllgatherv, OpAllgathervRelayed, OpAllgathervPolledRelay:
 		n := matrixElems
-		if op == OpAllgathervRelayed {
+		switch op {
+		case OpAllgathervRelayed:
 			n = matrixRelayElems
+		case OpAllgathervPolledRelay:
+			n = matrixPolledRelayElems
 		}
 		counts, displs := make([]int, MatrixRanks), make([]int, MatrixRanks)
 		for r := range counts {
@@ -429,7 +445,7 @@ func runOpCell(t *testing.T, cell Cell, p matrixParams) {
 			t.Fatalf("warm-up barrier on rank %d: %v", r, err)
 		}
 	}
-	if cell.Op == OpAllgathervRelayed {
+	if cell.Op == OpAllgathervRelayed || cell.Op == OpAllgathervPolledRelay {
 		// The control sessions open in the background after start-up;
 		// on the fake clock they are up once every goroutine is blocked.
 		synctest.Wait()

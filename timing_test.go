@@ -81,20 +81,18 @@ func timingChild(mode string) int {
 	case "timing":
 		iters := envInt(envIters, 3)
 		compute := time.Duration(envInt(envComputeMS, 0)) * time.Millisecond
-		n := 1 << 18 // 2 MiB of float64 per rank
-		send, recv := make([]float64, n), make([]float64, n*c.Size())
-		counts, displs := make([]int, c.Size()), make([]int, c.Size())
-		for r := range counts {
-			counts[r], displs[r] = n, r*n
+		// An allgatherv of n float64 per rank, packed in rank order.
+		gather := func(n int) func() error {
+			send, recv := make([]float64, n), make([]float64, n*c.Size())
+			counts, displs := make([]int, c.Size()), make([]int, c.Size())
+			for r := range counts {
+				counts[r], displs[r] = n, r*n
+			}
+			return func() error { return comm.Allgatherv(ctx, c, send, recv, counts, displs) }
 		}
-		// 256 KiB per rank, 1 MiB in all at 4 ranks: relayed, its frames
-		// polled first (see package star).
-		m := 1 << 15
-		psend, precv := make([]float64, m), make([]float64, m*c.Size())
-		pcounts, pdispls := make([]int, c.Size()), make([]int, c.Size())
-		for r := range pcounts {
-			pcounts[r], pdispls[r] = m, r*m
-		}
+		// 2 MiB per rank; 256 KiB per rank, 1 MiB in all at 4 ranks:
+		// relayed, its frames polled first (see package star).
+		large, polledRelay := gather(1<<18), gather(1<<15)
 		sum := make([]float64, 4)
 		for i := range iters {
 			ops := []struct {
@@ -103,8 +101,8 @@ func timingChild(mode string) int {
 			}{
 				{comm.OpAllreduce, func() error { return comm.Allreduce(ctx, c, []float64{1, 2, 3, 4}, sum, comm.Sum) }},
 				{comm.OpBarrier, func() error { return c.Barrier(ctx) }},
-				{comm.OpAllgatherv, func() error { return comm.Allgatherv(ctx, c, send, recv, counts, displs) }},
-				{comm.OpAllgatherv, func() error { return comm.Allgatherv(ctx, c, psend, precv, pcounts, pdispls) }},
+				{comm.OpAllgatherv, large},
+				{comm.OpAllgatherv, polledRelay},
 			}
 			for _, op := range ops {
 				if rank == envInt(envComputeRank, -1) {

@@ -391,9 +391,9 @@ func (l *link) writeGathered(hdr []byte, parts [][]byte) error {
 // it). A frame's 5-byte header puts its payload 5 bytes past where a
 // page-aligned buffer (as Go allocates large slices) starts, whenever the
 // kernel begins the frame at the start of a page: every copy of that
-// payload then takes the slow path. Writing the
-// frame from a page-aligned stage, header first, keeps the distance at
-// what it is for the stream (0 from a fresh page). The copy into the
+// payload then takes the slow path. Writing the frame from a page-aligned
+// stage, header first, keeps the distance at what it is for the stream (0
+// from a fresh page). The copy into the
 // stage (Go's vector copy, which has no such penalty) costs a fraction of
 // what it saves; a larger frame is not copied whole (the buffer would
 // have to stay allocated, and the extra copies of many MiB cost more than
@@ -417,8 +417,9 @@ const alignedStageMax = 1 << 20
 // starts a fresh fragment with a distance set by its own address alone;
 // stageLead makes that distance a multiple of leadAlign when it can, and
 // never 1 to 15. When the frame starts elsewhere in a fragment, the rest
-// continues it with the distance the frame had before: nothing is lost. On allgatherv-2MiB (R = 4, Zen 4)
-// the lead took the median from 12.6 to 8.8 ms.
+// continues it with the distance the frame had before: nothing is lost.
+// On allgatherv-2MiB (R = 4, Zen 4) the lead took the median from 12.6 to
+// 8.8 ms.
 const leadFrag = 32 << 10
 
 // writeStaged writes the frame of n bytes made of hdr and parts from

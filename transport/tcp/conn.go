@@ -52,6 +52,19 @@ type Conn struct {
 	// bufs is what net.Buffers.WriteTo consumes; as a field it needs no
 	// allocation per call.
 	bufs net.Buffers
+
+	// pipe serves WriteSpliced (Linux): made on first use, closed by
+	// Close, and dropped after any failure so that bytes left in it never
+	// precede a later frame; hasPipe says it is open. spliceStep, spLeft
+	// and spErr serve RawConn.Write as readStep serves ReadNow. All under
+	// smu; pipeClosed is set by Close.
+	smu        sync.Mutex
+	pipe       [2]int
+	hasPipe    bool
+	pipeClosed bool
+	spliceStep func(fd uintptr) bool
+	spLeft     int
+	spErr      syscall.Errno
 }
 
 var (
@@ -72,8 +85,20 @@ func newConn(tc *net.TCPConn, cfg Config) (*Conn, error) {
 		return nil, err
 	}
 	c := &Conn{TCPConn: tc, rc: rc}
-	c.readStep, c.writeStep = c.readOnce, c.writeOnce
+	c.readStep, c.writeStep, c.spliceStep = c.readOnce, c.writeOnce, c.spliceOnce
 	return c, nil
+}
+
+// Close closes the connection, then the pipe of WriteSpliced if one was
+// made. A WriteSpliced under way returns (the connection is closed) before
+// the pipe goes.
+func (c *Conn) Close() error {
+	err := c.TCPConn.Close()
+	c.smu.Lock()
+	c.pipeClosed = true
+	c.dropPipe()
+	c.smu.Unlock()
+	return err
 }
 
 // WritesDirect implements transport.DirectWriter: Write and WriteBuffers

@@ -80,6 +80,9 @@
 // writev, without allocating and without modifying the caller's slices),
 // transport.CloseWriter (TCP half-close) and transport.Poller (ReadNow and
 // WriteNow: one non-blocking read(2) or write(2) on the socket; Yield:
-// sched_yield on Linux) and transport.LowWaterReader (SetReadLowWater:
-// SO_RCVLOWAT on Unix, nothing elsewhere), without allocating.
+// sched_yield on Linux), transport.LowWaterReader (SetReadLowWater:
+// SO_RCVLOWAT on Unix, nothing elsewhere) and, on Linux,
+// transport.SpliceWriter (WriteSpliced: a frame's header written into a
+// pipe of the Conn's, made on first use and closed by Close, and moved
+// into the socket with splice(2) and SPLICE_F_MORE), without allocating.
 package tcp

@@ -264,10 +264,12 @@ func (co *coordinator) gather(spin time.Duration) error {
 // scatter sends every worker link but skip a frame of tag with payload
 // parts. A small frame goes out from this goroutine as far as each link
 // takes it without waiting (with polling); the rest is written by the
-// links' goroutines, concurrently. A frame of the size that
-// alignedStageMax describes, to links that are all direct writers, is
-// copied once into co.astage and every link writes it from there (one
-// copy instead of one per link: the same bytes go to every worker). It
+// links' goroutines, concurrently (a large one with its header spliced
+// apart, see link.writeApart). A frame of the size that alignedStageMax
+// describes, to links that are all direct writers and not all able to
+// splice, is copied once into co.astage and every link writes it from
+// there (one copy instead of one per link: the same bytes go to every
+// worker). It
 // returns the first failure once every link's write is over (the links'
 // goroutines may read co.astage until then); a worker that gets the
 // whole result has a correct result.
@@ -278,14 +280,15 @@ func (co *coordinator) scatter(tag byte, parts [][]byte, skip int) error {
 	}
 	todo := co.todo[:0]
 	if !co.polled || co.c.spin(n) == 0 {
-		direct := true
+		direct, spliced := true, true
 		for _, l := range co.workers {
 			if l.peer != skip {
 				todo = append(todo, l)
 				direct = direct && l.direct
+				spliced = spliced && l.sw != nil
 			}
 		}
-		if size := HeaderSize + n; direct && len(todo) > 1 && size > stageMax && size <= alignedStageMax {
+		if size := HeaderSize + n; direct && !spliced && len(todo) > 1 && size > stageMax && size <= alignedStageMax {
 			co.astage = stageAligned(co.astage, size)
 			co.staged[0] = stageFrame(co.astage, tag, nil, parts) // in place: it fits
 			return co.fan(todo, request{kind: reqWriteStaged, parts: co.staged[:]}, false)

@@ -10,6 +10,15 @@ func SetTestHook(h func(rank int, point string)) (restore func()) {
 	return func() { testHook = nil }
 }
 
+// SetSpliceOff keeps the links built while it is set from splicing frame
+// headers (the staged writes and leads of systems without splice(2) are
+// then used over TCP), and returns a function that restores the default.
+// Set it before building communicators; not for parallel tests.
+func SetSpliceOff() (restore func()) {
+	spliceOff.Store(true)
+	return func() { spliceOff.Store(false) }
+}
+
 // HookRegistered is the hook point at which the coordinator registers a
 // worker's valid Handshake; the hook's rank is the worker's.
 const HookRegistered = hookRegistered

@@ -3,7 +3,12 @@ package star_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +17,8 @@ import (
 	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/star"
 	"github.com/starcomm/starcomm/testkit"
+	"github.com/starcomm/starcomm/transport"
+	"github.com/starcomm/starcomm/transport/tcp"
 )
 
 // stagedSizes are frame payloads around the limits of the page-aligned
@@ -24,6 +31,52 @@ import (
 // longer one must not carry the longer one's tail).
 var stagedSizes = []int{16<<10 - star.HeaderSize + 1, 300_001, 1<<20 - star.HeaderSize, 1<<20 - star.HeaderSize + 1, 20_000, 3<<20 + 7, 1<<20 - star.HeaderSize, 40_000}
 
+// bothWays runs f twice: as configured (on Linux the links splice every
+// large frame's header apart: the test then asserts that this process
+// holds at least pipes more pipe descriptors while f's communicators are
+// open, and at most as many as before after they closed) and with
+// splicing off (star.SetSpliceOff: the staged writes and leads that other
+// systems use, with no new pipe).
+func bothWays(t *testing.T, pipes int, f func(t *testing.T)) {
+	t.Run("spliced", func(t *testing.T) {
+		before := pipeFDs(t)
+		var during int
+		t.Cleanup(func() {
+			// After f's own clean-ups (registered later, run first) closed
+			// its communicators.
+			if runtime.GOOS == "linux" {
+				require.GreaterOrEqual(t, during-before, pipes, "pipe descriptors while the communicators were open: the headers were not spliced")
+				require.LessOrEqual(t, pipeFDs(t), before, "pipe descriptors left after Close")
+			}
+		})
+		f(t)
+		during = pipeFDs(t)
+	})
+	t.Run("staged", func(t *testing.T) {
+		defer star.SetSpliceOff()()
+		before := pipeFDs(t)
+		f(t)
+		require.Equal(t, before, pipeFDs(t), "a pipe was made with splicing off")
+	})
+}
+
+// pipeFDs counts this process's open pipe descriptors (0 where /proc/self/fd
+// does not exist).
+func pipeFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "pipe:") {
+			n++
+		}
+	}
+	return n
+}
+
 // pattern returns n bytes that differ from one frame (seed) to the next.
 func pattern(n, seed int) []byte {
 	b := make([]byte, n)
@@ -35,8 +88,11 @@ func pattern(n, seed int) []byte {
 
 // TestStagedFrameBytes: a worker's frames of every size around the staged
 // range and past it (with a lead) reach the wire byte for byte (header and
-// payload), read here by a coordinator of the test's over real TCP.
-func TestStagedFrameBytes(t *testing.T) {
+// payload), read here by a coordinator of the test's over real TCP, both
+// with the header spliced apart and staged (see bothWays).
+func TestStagedFrameBytes(t *testing.T) { bothWays(t, 1, stagedFrameBytes) }
+
+func stagedFrameBytes(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	w, co := tcpFakeCoordinator(t, 2*time.Second)
 	for i, n := range stagedSizes {
@@ -72,8 +128,11 @@ func TestStagedFrameBytes(t *testing.T) {
 
 // TestStagedScatter: the coordinator's replies of every size around the
 // staged range and past it, written by its links' goroutines at once from the same
-// regions, reach every worker whole and right, over real TCP.
-func TestStagedScatter(t *testing.T) {
+// regions, reach every worker whole and right, over real TCP, both with
+// the headers spliced apart and staged (see bothWays).
+func TestStagedScatter(t *testing.T) { bothWays(t, 2*3, stagedScatter) }
+
+func stagedScatter(t *testing.T) {
 	const size = 4
 	comms := startTCP(t, size, 100*time.Microsecond, 10*time.Second)
 	for i, total := range stagedSizes {
@@ -108,8 +167,10 @@ func TestStagedScatter(t *testing.T) {
 // TestStagedBroadcast: broadcasts of every size around the staged range
 // and past it, from every root in turn (the coordinator's copy goes to
 // every worker but the root), reach every rank whole and right over real
-// TCP.
-func TestStagedBroadcast(t *testing.T) {
+// TCP, both with the headers spliced apart and staged (see bothWays).
+func TestStagedBroadcast(t *testing.T) { bothWays(t, 2*3, stagedBroadcast) }
+
+func stagedBroadcast(t *testing.T) {
 	const size = 4
 	comms := startTCP(t, size, 100*time.Microsecond, 10*time.Second)
 	for i, n := range stagedSizes {
@@ -132,4 +193,84 @@ func TestStagedBroadcast(t *testing.T) {
 			require.NoError(t, err, "rank %d, broadcast of %d bytes from root %d", r, n, root)
 		}
 	}
+}
+
+// noPipeNetwork is a loopback TCP network whose accepted connections
+// (rank 0's ends) cannot splice: WriteSpliced writes nothing and returns
+// an error wrapping errors.ErrUnsupported, as a tcp.Conn does when no pipe
+// can be made, and counts its calls.
+type noPipeNetwork struct {
+	*testkit.TCPNetwork
+	calls atomic.Int64
+}
+
+func (n *noPipeNetwork) Listen() (transport.Listener, error) {
+	ln, err := n.TCPNetwork.Listen()
+	if err != nil {
+		return nil, err
+	}
+	return &noPipeListener{Listener: ln, n: n}, nil
+}
+
+type noPipeListener struct {
+	transport.Listener
+	n *noPipeNetwork
+}
+
+func (l *noPipeListener) Accept() (transport.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*tcp.Conn); ok {
+		return &noPipeConn{Conn: tc, n: l.n}, nil
+	}
+	return c, nil
+}
+
+// noPipeConn is a tcp.Conn (every interface of it) without a pipe.
+type noPipeConn struct {
+	*tcp.Conn
+	n *noPipeNetwork
+}
+
+func (c *noPipeConn) WriteSpliced([]byte) error {
+	c.n.calls.Add(1)
+	return fmt.Errorf("test: no pipe (%w)", errors.ErrUnsupported)
+}
+
+// TestSpliceUnavailable: a link whose connection cannot splice (no pipe)
+// writes its large frames the other way (staged, then from the shared
+// stage of rank 0's replies) and every rank gets every byte; the link
+// asks to splice only once.
+func TestSpliceUnavailable(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	const size = 3
+	net := &noPipeNetwork{TCPNetwork: testkit.NewTCPNetwork()}
+	comms, err := testkit.StartStar(context.Background(), net, size, func(c *star.Config) {
+		c.Timeout = 10 * time.Second
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { testkit.CloseAll(comms) })
+	for round, n := range []int{300_000, 300_001, 20_000, 700_000} {
+		counts := []int{n, n + 1, n - 1}
+		displs := []int{0, n, 2*n + 1}
+		total := 3 * n
+		want := pattern(total, round)
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			r := c.Rank()
+			recv := make([]uint8, total)
+			if err := comm.Allgatherv(context.Background(), c, want[displs[r]:displs[r]+counts[r]], recv, counts, displs); err != nil {
+				return err
+			}
+			if !bytes.Equal(recv, want) {
+				return fmt.Errorf("rank %d received a wrong result of %d bytes", r, total)
+			}
+			return nil
+		})
+		for r, err := range errs {
+			require.NoError(t, err, "rank %d, round %d", r, round)
+		}
+	}
+	require.Equal(t, int64(size-1), net.calls.Load(), "WriteSpliced calls on rank 0's links: one each, then never again")
 }

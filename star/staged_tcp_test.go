@@ -146,19 +146,7 @@ func stagedScatter(t *testing.T) {
 				displs[r] = displs[r-1] + counts[r-1]
 			}
 		}
-		want := pattern(total, i)
-		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
-			r := c.Rank()
-			recv := make([]uint8, total)
-			if err := comm.Allgatherv(context.Background(), c, want[displs[r]:displs[r]+counts[r]], recv, counts, displs); err != nil {
-				return err
-			}
-			if !bytes.Equal(recv, want) {
-				return fmt.Errorf("rank %d received a wrong result of %d bytes", r, total)
-			}
-			return nil
-		})
-		for r, err := range errs {
+		for r, err := range allgathervChecked(comms, pattern(total, i), counts, displs) {
 			require.NoError(t, err, "rank %d, allgatherv of %d bytes", r, total)
 		}
 	}
@@ -256,21 +244,26 @@ func TestSpliceUnavailable(t *testing.T) {
 		counts := []int{n, n + 1, n - 1}
 		displs := []int{0, n, 2*n + 1}
 		total := 3 * n
-		want := pattern(total, round)
-		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
-			r := c.Rank()
-			recv := make([]uint8, total)
-			if err := comm.Allgatherv(context.Background(), c, want[displs[r]:displs[r]+counts[r]], recv, counts, displs); err != nil {
-				return err
-			}
-			if !bytes.Equal(recv, want) {
-				return fmt.Errorf("rank %d received a wrong result of %d bytes", r, total)
-			}
-			return nil
-		})
-		for r, err := range errs {
+		for r, err := range allgathervChecked(comms, pattern(total, round), counts, displs) {
 			require.NoError(t, err, "rank %d, round %d", r, round)
 		}
 	}
 	require.Equal(t, int64(size-1), net.calls.Load(), "WriteSpliced calls on rank 0's links: one each, then never again")
+}
+
+// allgathervChecked runs one allgatherv of want's bytes (rank r sends
+// want[displs[r]:][:counts[r]]) on every rank and returns each rank's
+// error, a wrong result included.
+func allgathervChecked(comms []comm.Communicator, want []byte, counts, displs []int) []error {
+	return testkit.RunRanks(comms, func(c comm.Communicator) error {
+		r := c.Rank()
+		recv := make([]uint8, len(want))
+		if err := comm.Allgatherv(context.Background(), c, want[displs[r]:displs[r]+counts[r]], recv, counts, displs); err != nil {
+			return err
+		}
+		if !bytes.Equal(recv, want) {
+			return fmt.Errorf("rank %d received a wrong result of %d bytes", r, len(want))
+		}
+		return nil
+	})
 }

@@ -204,17 +204,22 @@
 // every segment contends with its sender for the socket and, on a host with
 // fewer cores than ranks, for the CPU.
 //
-// A frame of more than 16 KiB (header included) over a transport that is
-// both a transport.DirectWriter and a transport.SpliceWriter (plain TCP on
-// Linux) goes out as its header, spliced through a pipe so that it takes
-// no room in the kernel's page fragments (see below), and then its payload
+// A frame of more than 16 KiB (header included) that a rank writes with a
+// blocking write (a worker's frame; the coordinator's reply from its
+// links' goroutines, that is one over 256 KiB or sent without polling)
+// over a transport that is both a transport.DirectWriter and a
+// transport.SpliceWriter (plain TCP on Linux) goes out as its header,
+// spliced through a pipe so that it takes no room in the kernel's page
+// fragments (see below), and then its payload
 // straight from the caller's memory with one gathered write per 4 MiB: no
 // copy in user space, and the payload lies in the kernel's pages at the
 // distance it has in memory from where the kernel began, which for
 // page-aligned buffers and payloads of whole 32-byte multiples is a
 // multiple of 32 on both sides of the socket. A link whose connection
 // cannot splice (no pipe could be made), or a DirectWriter without
-// splice(2), writes such frames as follows.
+// splice(2), writes such frames as follows, and so does the coordinator
+// with what a reply it sent without waiting (up to 256 KiB, staged whole)
+// left over.
 //
 // A frame of more than 16 KiB and at most 1 MiB (header included) that goes
 // over a transport.DirectWriter (plain TCP) is first copied into a page-aligned

@@ -327,18 +327,20 @@ func (l *link) sendFrame(tag byte, extra []byte, parts ...[]byte) error {
 }
 
 // writeAll writes hdr and parts, at most chunk bytes per call, each call
-// armed. With a BuffersWriter each call is one writev. Over a direct
-// writer, a frame of more than stageMax bytes goes through writeApart
-// (its header spliced apart) when the link can splice; otherwise one of
-// the size that alignedStageMax describes goes through writeStaged, and a
-// larger one starts with the lead that leadFrag describes.
+// armed: a frame (hdr its header, with the op byte of an allreduce), or
+// the rest of one that postFrame left (hdr that rest, parts nil). With a
+// BuffersWriter each call is one writev. Over a direct writer, a frame of
+// more than stageMax bytes goes through writeApart (its header spliced
+// apart) when the link can splice; otherwise one of the size that
+// alignedStageMax describes goes through writeStaged, and a larger one
+// starts with the lead that leadFrag describes.
 func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 	if l.direct {
 		n := len(hdr)
 		for _, p := range parts {
 			n += len(p)
 		}
-		if n > stageMax && l.sw != nil {
+		if n > stageMax && l.splices(hdr, parts) {
 			if err := l.writeApart(hdr, parts); !errors.Is(err, errors.ErrUnsupported) {
 				return err
 			}
@@ -363,7 +365,7 @@ func (l *link) writeLong(hdr []byte, parts [][]byte) error {
 	if !l.direct {
 		return l.writeGathered(hdr, parts)
 	}
-	if l.sw != nil {
+	if l.splices(hdr, parts) {
 		if err := l.writeApart(hdr, parts); !errors.Is(err, errors.ErrUnsupported) {
 			return err
 		}
@@ -376,6 +378,24 @@ func (l *link) writeLong(hdr []byte, parts [][]byte) error {
 		return nil
 	}
 	return l.writeGathered(parts[i][k:], parts[i+1:])
+}
+
+// splices reports whether writeApart is to write hdr and parts: the link
+// can splice, hdr is a frame's header (at most len(l.whdr) bytes; not the
+// rest of a frame that postFrame left, which may be 256 KiB) and parts
+// hold payload bytes to follow it (a spliced header is held back until
+// bytes follow; an empty first region of a relayed frame goes with its
+// header).
+func (l *link) splices(hdr []byte, parts [][]byte) bool {
+	if l.sw == nil || len(hdr) == 0 || len(hdr) > len(l.whdr) {
+		return false
+	}
+	for _, p := range parts {
+		if len(p) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // writeApart writes hdr through l.sw (see transport.SpliceWriter) and then

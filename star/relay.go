@@ -267,11 +267,13 @@ func (co *coordinator) relayWrite(l *link) error {
 	l.wdirty = true
 	var one [1][]byte
 	one[0] = parts[0]
-	// The frame is over alignedStageMax (relayMin): it starts with a lead,
-	// and every later piece is written straight from the regions, which
-	// continue it in memory as on the wire (staging them would cost a
-	// copy per link of every region: at R = 8, rank 0's memmove in an
-	// allgatherv-cuts profile fell from 1398 to 347 samples without it).
+	// The frame is over alignedStageMax (relayMin): its header goes
+	// spliced apart (see writeApart) or, where the link cannot splice, it
+	// starts with a lead; every later piece is written straight from the
+	// regions, which continue it in memory as on the wire (staging them
+	// would cost a copy per link of every region: at R = 8, rank 0's
+	// memmove in an allgatherv-cuts profile fell from 1398 to 347 samples
+	// without it).
 	if err := l.writeLong(l.whdr[:HeaderSize], one[:]); err != nil {
 		return err
 	}

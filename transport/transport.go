@@ -76,13 +76,16 @@ type DirectWriter interface {
 // on some processors (AMD EPYC, Zen 4) both the kernel's copy in and the
 // reader's copy out run several times slower at such distances.
 // WriteSpliced writes p (at most 4096 bytes) through a pipe with splice(2),
-// as a fragment of its own, held back until the next Write or
-// WriteBuffers sends it with the bytes that follow, so a frame still
-// leaves as one segment. The write deadline applies and the errors are
-// those of Write. An error wrapping errors.ErrUnsupported means that
-// nothing was written (no pipe could be made): write p as usual instead.
-// Star writes the header of every frame of more than 16 KiB this way when
-// the Conn has the ability (plain TCP on Linux).
+// as a fragment of its own, held back until the next write on the Conn
+// (or its Close) sends it with the bytes that follow, so a frame still
+// leaves as one segment: always follow it with a write. The write
+// deadline applies and the errors are those of Write. An error wrapping
+// errors.ErrUnsupported means that nothing was written (no pipe could be
+// made, or the system will not splice into the socket): write p as usual
+// instead. Star writes this way the header of every frame of more than
+// 16 KiB that a link's goroutine writes, when the Conn has the ability
+// (plain TCP on Linux); frames of up to 256 KiB that the coordinator
+// sends without waiting are staged whole as before.
 type SpliceWriter interface {
 	WriteSpliced(p []byte) error
 }

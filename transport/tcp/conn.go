@@ -12,6 +12,9 @@ import (
 // applied. Listener.Accept and Dialer.Dial return one as a transport.Conn;
 // a type assertion to *Conn reaches the *net.TCPConn methods.
 //
+// Close is the embedded *net.TCPConn's, then closes the pipe WriteSpliced
+// made, if any (call it, not the embedded Close, or the pipe leaks).
+//
 // Read, Write and the deadline methods are those of the embedded
 // *net.TCPConn, and so are their errors, unchanged: a deadline gives an error
 // satisfying errors.Is(err, os.ErrDeadlineExceeded), a reset one satisfying

@@ -83,6 +83,7 @@
 // sched_yield on Linux), transport.LowWaterReader (SetReadLowWater:
 // SO_RCVLOWAT on Unix, nothing elsewhere) and, on Linux,
 // transport.SpliceWriter (WriteSpliced: a frame's header written into a
-// pipe of the Conn's, made on first use and closed by Close, and moved
-// into the socket with splice(2) and SPLICE_F_MORE), without allocating.
+// pipe of the Conn's, made on first use and closed by the Conn's Close,
+// and moved into the socket with splice(2) and SPLICE_F_MORE), without
+// allocating.
 package tcp

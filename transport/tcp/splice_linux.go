@@ -28,7 +28,9 @@ const (
 // splice(2), so that p becomes a page fragment of its own instead of
 // bytes of the calling thread's fragment. The write deadline applies, and
 // errors are wrapped as Write's are. If no pipe can be made, it writes
-// nothing and returns an error wrapping errors.ErrUnsupported. After any
+// nothing and returns an error wrapping errors.ErrUnsupported, as it does
+// when splice(2) refuses the socket outright (ENOSYS, EINVAL, EOPNOTSUPP,
+// EPERM) before a byte went. After any
 // other failure the pipe is closed (a part of p left in it must never go
 // out ahead of a later write) and the next call makes a new one.
 // Steady-state calls do not allocate.
@@ -61,6 +63,12 @@ func (c *Conn) WriteSpliced(p []byte) error {
 	c.spLeft, c.spErr = len(p), 0
 	err := c.rc.Write(c.spliceStep)
 	if err == nil && c.spErr != 0 {
+		if c.spLeft == len(p) && cannotSplice(c.spErr) {
+			// Nothing reached the socket, and this system will not splice
+			// into it: say so, so the caller writes p as usual.
+			c.dropPipe()
+			return fmt.Errorf("tcp: splice(2) into the socket: %w (%w)", c.spErr, errors.ErrUnsupported)
+		}
 		err = c.opError("splice", c.spErr)
 	}
 	if err != nil || c.spLeft > 0 {
@@ -93,6 +101,17 @@ func (c *Conn) spliceOnce(fd uintptr) bool {
 		c.spLeft -= int(n)
 	}
 	return true
+}
+
+// cannotSplice reports whether errno from splice(2) means that it cannot
+// splice into this socket at all (an old or restricted kernel, a seccomp
+// filter), rather than that the connection failed.
+func cannotSplice(errno syscall.Errno) bool {
+	switch errno {
+	case syscall.ENOSYS, syscall.EINVAL, syscall.EOPNOTSUPP, syscall.EPERM:
+		return true
+	}
+	return false
 }
 
 // dropPipe closes the pipe, if any (under smu).

@@ -340,8 +340,8 @@ func (l *link) writeAll(hdr []byte, parts [][]byte) error {
 		for _, p := range parts {
 			n += len(p)
 		}
-		if n > stageMax && l.splices(hdr, parts) {
-			if err := l.writeApart(hdr, parts); !errors.Is(err, errors.ErrUnsupported) {
+		if n > stageMax {
+			if done, err := l.tryApart(hdr, parts); done {
 				return err
 			}
 		}
@@ -365,10 +365,8 @@ func (l *link) writeLong(hdr []byte, parts [][]byte) error {
 	if !l.direct {
 		return l.writeGathered(hdr, parts)
 	}
-	if l.splices(hdr, parts) {
-		if err := l.writeApart(hdr, parts); !errors.Is(err, errors.ErrUnsupported) {
-			return err
-		}
+	if done, err := l.tryApart(hdr, parts); done {
+		return err
 	}
 	m, i, k := l.stageLead(hdr, parts)
 	if err := l.writeStage(m); err != nil {
@@ -378,6 +376,20 @@ func (l *link) writeLong(hdr []byte, parts [][]byte) error {
 		return nil
 	}
 	return l.writeGathered(parts[i][k:], parts[i+1:])
+}
+
+// tryApart writes hdr and parts with writeApart when splices allows it,
+// and reports whether it did (successfully or not); done is false when
+// the frame is still to be written another way (nothing was written).
+func (l *link) tryApart(hdr []byte, parts [][]byte) (done bool, err error) {
+	if !l.splices(hdr, parts) {
+		return false, nil
+	}
+	err = l.writeApart(hdr, parts)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return false, nil
+	}
+	return true, err
 }
 
 // splices reports whether writeApart is to write hdr and parts: the link

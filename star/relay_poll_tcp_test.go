@@ -18,25 +18,62 @@ import (
 	"github.com/starcomm/starcomm/transport/tcp"
 )
 
+// acceptWrapping is a loopback TCP network whose accepted connections
+// (rank 0's ends) are given to wrap, and the listener hands out what it
+// returns; connections of another kind pass as they are.
+type acceptWrapping struct {
+	*testkit.TCPNetwork
+	wrap func(*tcp.Conn) transport.Conn
+}
+
+func (n acceptWrapping) Listen() (transport.Listener, error) {
+	ln, err := n.TCPNetwork.Listen()
+	if err != nil {
+		return nil, err
+	}
+	return wrappingListener{Listener: ln, wrap: n.wrap}, nil
+}
+
+type wrappingListener struct {
+	transport.Listener
+	wrap func(*tcp.Conn) transport.Conn
+}
+
+func (l wrappingListener) Accept() (transport.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*tcp.Conn); ok {
+		return l.wrap(tc), nil
+	}
+	return c, nil
+}
+
 // throttledNetwork is a loopback TCP network whose accepted connections
 // (rank 0's ends) give polling at most budget bytes each while armed:
 // ReadNow then reports nothing more, as if the rest had not arrived, while
 // Read (a goroutine's wait) reads on. A relayed allgatherv then finds its
 // frames partly polled when it gives up polling and relays the rest.
 type throttledNetwork struct {
-	*testkit.TCPNetwork
+	acceptWrapping
 	armed  atomic.Bool
 	budget int64
 	mu     sync.Mutex
 	conns  []*throttledConn
 }
 
-func (n *throttledNetwork) Listen() (transport.Listener, error) {
-	ln, err := n.TCPNetwork.Listen()
-	if err != nil {
-		return nil, err
-	}
-	return &throttledListener{Listener: ln, n: n}, nil
+// newThrottledNetwork returns a throttledNetwork of budget bytes.
+func newThrottledNetwork(budget int64) *throttledNetwork {
+	n := &throttledNetwork{budget: budget}
+	n.acceptWrapping = acceptWrapping{TCPNetwork: testkit.NewTCPNetwork(), wrap: func(tc *tcp.Conn) transport.Conn {
+		c := &throttledConn{Conn: tc, n: n}
+		n.mu.Lock()
+		n.conns = append(n.conns, c)
+		n.mu.Unlock()
+		return c
+	}}
+	return n
 }
 
 // arm starts a throttled collective: every connection's count restarts.
@@ -61,27 +98,6 @@ func (n *throttledNetwork) polled() []int64 {
 		}
 	}
 	return out
-}
-
-type throttledListener struct {
-	transport.Listener
-	n *throttledNetwork
-}
-
-func (l *throttledListener) Accept() (transport.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	tc, ok := c.(*tcp.Conn)
-	if !ok {
-		return c, nil
-	}
-	tcn := &throttledConn{Conn: tc, n: l.n}
-	l.n.mu.Lock()
-	l.n.conns = append(l.n.conns, tcn)
-	l.n.mu.Unlock()
-	return tcn, nil
 }
 
 // throttledConn is a tcp.Conn (every interface of it: poller, direct
@@ -149,7 +165,7 @@ func TestRelayAfterPolling(t *testing.T) {
 			begun <- rank
 		}
 	})()
-	nw := &throttledNetwork{TCPNetwork: testkit.NewTCPNetwork(), budget: budget}
+	nw := newThrottledNetwork(budget)
 	comms, err := testkit.StartStar(context.Background(), nw, size, func(c *star.Config) {
 		// Polling ends at the relay's limit, not for want of progress.
 		c.Spin, c.Timeout = time.Second, 20*time.Second

@@ -183,47 +183,17 @@ func stagedBroadcast(t *testing.T) {
 	}
 }
 
-// noPipeNetwork is a loopback TCP network whose accepted connections
-// (rank 0's ends) cannot splice: WriteSpliced writes nothing and returns
-// an error wrapping errors.ErrUnsupported, as a tcp.Conn does when no pipe
-// can be made, and counts its calls.
-type noPipeNetwork struct {
-	*testkit.TCPNetwork
-	calls atomic.Int64
-}
-
-func (n *noPipeNetwork) Listen() (transport.Listener, error) {
-	ln, err := n.TCPNetwork.Listen()
-	if err != nil {
-		return nil, err
-	}
-	return &noPipeListener{Listener: ln, n: n}, nil
-}
-
-type noPipeListener struct {
-	transport.Listener
-	n *noPipeNetwork
-}
-
-func (l *noPipeListener) Accept() (transport.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if tc, ok := c.(*tcp.Conn); ok {
-		return &noPipeConn{Conn: tc, n: l.n}, nil
-	}
-	return c, nil
-}
-
-// noPipeConn is a tcp.Conn (every interface of it) without a pipe.
+// noPipeConn is a tcp.Conn (every interface of it) without a pipe:
+// WriteSpliced writes nothing and returns an error wrapping
+// errors.ErrUnsupported, as a tcp.Conn does when no pipe can be made, and
+// counts its calls in calls.
 type noPipeConn struct {
 	*tcp.Conn
-	n *noPipeNetwork
+	calls *atomic.Int64
 }
 
 func (c *noPipeConn) WriteSpliced([]byte) error {
-	c.n.calls.Add(1)
+	c.calls.Add(1)
 	return fmt.Errorf("test: no pipe (%w)", errors.ErrUnsupported)
 }
 
@@ -234,7 +204,10 @@ func (c *noPipeConn) WriteSpliced([]byte) error {
 func TestSpliceUnavailable(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	const size = 3
-	net := &noPipeNetwork{TCPNetwork: testkit.NewTCPNetwork()}
+	var calls atomic.Int64
+	net := acceptWrapping{TCPNetwork: testkit.NewTCPNetwork(), wrap: func(tc *tcp.Conn) transport.Conn {
+		return &noPipeConn{Conn: tc, calls: &calls}
+	}}
 	comms, err := testkit.StartStar(context.Background(), net, size, func(c *star.Config) {
 		c.Timeout = 10 * time.Second
 	})
@@ -248,7 +221,7 @@ func TestSpliceUnavailable(t *testing.T) {
 			require.NoError(t, err, "rank %d, round %d", r, round)
 		}
 	}
-	require.Equal(t, int64(size-1), net.calls.Load(), "WriteSpliced calls on rank 0's links: one each, then never again")
+	require.Equal(t, int64(size-1), calls.Load(), "WriteSpliced calls on rank 0's links: one each, then never again")
 }
 
 // allgathervChecked runs one allgatherv of want's bytes (rank r sends

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,5 +170,44 @@ func TestWriteSplicedNoPipe(t *testing.T) {
 	got := make([]byte, 4)
 	if _, err := io.ReadFull(b, got); err != nil || string(got) != "data" {
 		t.Fatalf("the peer read %q, %v; want only the Write's \"data\"", got, err)
+	}
+}
+
+// TestWriteSplicedCloseWhileBlocked: WriteSpliced waiting for room in a
+// full socket (the peer reads nothing) returns net.ErrClosed when another
+// goroutine closes the Conn, and the pipe goes with the Conn.
+func TestWriteSplicedCloseWhileBlocked(t *testing.T) {
+	before := pipeFDs(t)
+	cfg := testConfig()
+	cfg.BufferSize = 16 << 10
+	a, _ := pair(t, cfg)
+	filler := make([]byte, 64<<10)
+	for {
+		n, err := a.WriteNow(filler)
+		if err != nil {
+			t.Fatalf("WriteNow: %v", err)
+		}
+		if n == 0 {
+			break // the send buffer and the peer's receive buffer are full
+		}
+	}
+	done := async(func() error { return a.WriteSpliced([]byte("hdr")) })
+	// Close once the pipe exists: WriteSpliced is then waiting in the
+	// socket, or about to.
+	deadline := time.Now().Add(10 * time.Second)
+	for pipeFDs(t) < before+2 {
+		if time.Now().After(deadline) {
+			t.Fatal("WriteSpliced made no pipe in 10 s")
+		}
+		runtime.Gosched()
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := await(t, done, "WriteSpliced after Close"); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("WriteSpliced blocked by a full socket, then closed: %v, want net.ErrClosed", err)
+	}
+	if got := pipeFDs(t); got != before {
+		t.Fatalf("%d pipe descriptors after Close, %d before the Conn", got, before)
 	}
 }

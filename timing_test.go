@@ -38,11 +38,13 @@ const (
 	envComputeMS   = "STARCOMM_TEST_COMPUTE_MS"   // for this long
 	envLateRank    = "STARCOMM_TEST_LATE_RANK"    // the rank whose process starts late
 	envLateMS      = "STARCOMM_TEST_LATE_MS"      // by this much
-	envBadRank     = "STARCOMM_TEST_BAD_RANK"     // wronglen, panic: the rank at fault
+	envBadRank     = "STARCOMM_TEST_BAD_RANK"     // wronglen, panic, wrongcounts: the rank at fault
+	envValues      = "STARCOMM_TEST_VALUES"       // wrongcounts: float64 per rank
+	envWhose       = "STARCOMM_TEST_WHOSE"        // wrongcounts: the rank whose count BAD_RANK gets wrong
 )
 
 // timingModes are the chaos-child modes this file adds.
-var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true}
+var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true}
 
 // envInt reads an integer from the environment (def when unset).
 func envInt(name string, def int) int {
@@ -63,6 +65,10 @@ func envInt(name string, def int) int {
 //     process exits at once (as log.Fatal does, skipping the defer).
 //   - panic: the same loop; at the third, BAD_RANK panics. The others exit
 //     1 at once on their error.
+//   - wrongcounts: allgathervs of VALUES float64 per rank in a loop; at the
+//     third, BAD_RANK counts 8 more for rank WHOSE (its own send grows with
+//     it when WHOSE is BAD_RANK), and every rank exits at once on its
+//     error, like wronglen.
 //
 // A failure prints a RESULT line (see chaosReport) first.
 func timingChild(mode string) int {
@@ -119,6 +125,24 @@ func timingChild(mode string) int {
 		}
 		fmt.Println("DONE")
 		return 0
+	case "wrongcounts":
+		n, whose := envInt(envValues, 1<<10), envInt(envWhose, bad)
+		for i := 1; ; i++ {
+			counts, displs := make([]int, c.Size()), make([]int, c.Size())
+			total := 0
+			for r := range counts {
+				counts[r], displs[r] = n, total
+				if i == 3 && rank == bad && r == whose {
+					counts[r] += 8 // the wrong count
+				}
+				total += counts[r]
+			}
+			send, recv := make([]float64, counts[rank]), make([]float64, total)
+			begin := time.Now()
+			if err := comm.Allgatherv(ctx, c, send, recv, counts, displs); err != nil {
+				os.Exit(chaosReport(comm.OpAllgatherv, err, time.Since(begin))) // at once
+			}
+		}
 	default: // wronglen, panic
 		for i := 1; ; i++ {
 			n := 4
@@ -303,5 +327,56 @@ func TestStarrunNamesPanickingRank(t *testing.T) {
 			}
 			t.Logf("first rank to exit, over 20 runs: %v", firstExit)
 		})
+	}
+}
+
+// TestRealImmediateExitLargeFrames: like TestRealImmediateExitBlame, with
+// frames large enough to go out with their headers spliced apart and to be
+// left partly unread by a process that exits at once (its socket then
+// resets the connection): allgathervs of 200 KB per rank (polled, each
+// reply 800 KB), of 2 MiB per rank (relayed) and of 8 MiB per rank
+// (relayed; rank 2's own region no longer fits in the socket buffers, so
+// its tail is still unsent when rank 2 fails). Rank 2 counts 8 values
+// too many, for itself (its frame is too long: rank 0 sees it) or for
+// rank 1 (rank 0's reply is too short for it: rank 2 sees it, while rank 0
+// is still writing the replies). The rank that sees the wrong length gets
+// InvalidBufferSize naming the frame; every other rank, the one at fault
+// included, CollectiveFailed naming the sender of that frame (rank 2, or
+// rank 0 as seen by rank 2: a worker cannot tell whose counts are wrong),
+// in every run: the Aborts reach them before the resets do. Without the
+// relay's late last words (coordinator.lastWordsAfterRead), rank 0 named
+// rank 2 with a broken pipe in 5 of 30 runs of the 2 MiB case; without
+// the wait for the Abort's acknowledgement (link.awaitUnsent), rank 2's
+// Abort was lost in 1 of 3 runs of the 8 MiB case.
+func TestRealImmediateExitLargeFrames(t *testing.T) {
+	skipUnlessChaos(t)
+	for _, values := range []int{25_000, 1 << 18, 1 << 20} {
+		for _, whose := range []int{2, 1} {
+			t.Run(fmt.Sprintf("values=%d/whose=%d", values, whose), func(t *testing.T) {
+				for run := range 5 {
+					ctx := chaosWatchdog(t)
+					procs := startChaos(t, ctx, repeat("wrongcounts", 4), envBadRank+"=2",
+						envValues+"="+strconv.Itoa(values), envWhose+"="+strconv.Itoa(whose), "COBRE_TCP_TIMEOUT_SECS=60")
+					seer, frame, blamed := 0, "AllgathervSend frame from rank 2", 2
+					if whose != 2 {
+						seer, frame, blamed = 2, "AllgathervRecv frame from rank 0", 0
+					}
+					for _, p := range procs {
+						res := parseResult(t, p.await(t, ctx, "RESULT "))
+						t.Logf("run=%d rank=%d type=%s named=%s ms=%s msg=%q", run, p.rank, res.fields["type"], res.fields["rank"], res.fields["call_ms"], res.msg)
+						if p.rank == seer {
+							assert.Equal(t, "InvalidBufferSize", res.fields["type"], res.msg)
+							assert.Contains(t, res.msg, frame)
+							continue
+						}
+						assertFailedNaming(t, p, res, blamed)
+						assert.Contains(t, res.msg, frame, "rank %d", p.rank)
+					}
+					for _, p := range procs {
+						assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit\n%s", p.rank, p.dump())
+					}
+				}
+			})
+		}
 	}
 }

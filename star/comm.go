@@ -544,7 +544,9 @@ const abortFlushMax = 200 * time.Millisecond
 // Shutdown), all at once, meanwhile draining what peers still send, so
 // that a peer blocked writing to us can move on and read. It returns once
 // every Abort has been taken (by the system, or on an unbuffered
-// transport by the peer), and the noob control-session Aborts begun
+// transport by the peer) and, where the transport tells (TCP on Linux),
+// acknowledged by the peer with everything written before it (see
+// link.awaitUnsent), and the noob control-session Aborts begun
 // before have each put their token in oob, or after abortFlushMax (or
 // half ShutdownTimeout, if shorter); the Abort to a peer that timed out
 // is not waited for. The links then end in the background: an Abort not
@@ -552,6 +554,7 @@ const abortFlushMax = 200 * time.Millisecond
 // to ShutdownTimeout in all, then closes (Close cuts that short).
 func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct{}, noob int) {
 	lingerUntil := time.Now().Add(c.cfg.ShutdownTimeout)
+	flushBy := time.Now().Add(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
 	links := c.role.links()
 	sent := make(chan struct{}, len(links))
 	n := 0
@@ -570,8 +573,11 @@ func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct
 			n++
 		}
 		c.bg.Go(func() {
-			_ = l.sendFinal(TagAbort, payload, lingerUntil)
+			err := l.sendFinal(TagAbort, payload, lingerUntil)
 			if wait {
+				if err == nil {
+					l.awaitUnsent(flushBy)
+				}
 				sent <- struct{}{}
 			}
 			l.finish()
@@ -580,7 +586,7 @@ func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct
 	if n+noob == 0 {
 		return
 	}
-	flush := time.NewTimer(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
+	flush := time.NewTimer(time.Until(flushBy))
 	defer flush.Stop()
 	for n+noob > 0 {
 		select {

@@ -37,6 +37,7 @@ type link struct {
 	poller transport.Poller
 	cw     transport.CloseWriter
 	lw     transport.LowWaterReader
+	uc     transport.UnsentCounter
 	// astage is the page-aligned buffer in which writeAll copies a
 	// medium-sized frame, or a large frame's lead, before it writes it
 	// (see alignedStageMax and leadFrag); allocated on first use (see
@@ -98,8 +99,11 @@ type link struct {
 	reqs, wreqs chan request
 	// relayReading is set while a relay's reader reads the link and its
 	// writer writes it: a failed write then leaves the read side to the
-	// reader and does not read the peer's last words.
+	// reader, and sets wordsLater: the writer reads the peer's last words
+	// once the reader is done (see coordinator.lastWordsAfterRead).
 	relayReading atomic.Bool
+	// wordsLater: see relayReading (the writer's own).
+	wordsLater bool
 
 	// ctl is the control session with the peer, once there is one (the
 	// coordinator attaches a worker's at any time after start-up).
@@ -130,6 +134,7 @@ func newLink(peer int, conn transport.Conn, timeout time.Duration) *link {
 	l.poller, _ = conn.(transport.Poller)
 	l.cw, _ = conn.(transport.CloseWriter)
 	l.lw, _ = conn.(transport.LowWaterReader)
+	l.uc, _ = conn.(transport.UnsentCounter)
 	if dw, ok := conn.(transport.DirectWriter); ok {
 		l.direct = dw.WritesDirect()
 	}
@@ -241,8 +246,10 @@ func (l *link) ioErr(err error, write bool) error {
 		return c
 	}
 	err = edgeErr(err, write)
-	if write && peerGone(err) && !l.relayReading.Load() {
-		if ab := l.lastWords(); ab != nil {
+	if write && peerGone(err) {
+		if l.relayReading.Load() {
+			l.wordsLater = true
+		} else if ab := l.lastWords(); ab != nil {
 			return ab
 		}
 	}
@@ -1004,6 +1011,29 @@ func (l *link) sendFinal(tag byte, payload []byte, until time.Time) error {
 		return edgeErr(err, true)
 	}
 	return nil
+}
+
+// awaitUnsent waits until the peer has acknowledged every byte written to
+// the link, or until by, or the system cannot tell (see
+// transport.UnsentCounter), checking at most every millisecond. After a
+// failing collective's Abort: a worker's Abort can sit behind the tail of
+// its own large frame in its send queue while rank 0 is still reading that
+// frame, and a process that exits at once with bytes unread (the rest of
+// rank 0's reply) resets the connection and loses it.
+func (l *link) awaitUnsent(by time.Time) {
+	if l.uc == nil {
+		return
+	}
+	pause := 20 * time.Microsecond
+	for {
+		n, err := l.uc.Unsent()
+		left := time.Until(by)
+		if err != nil || n == 0 || left <= 0 {
+			return
+		}
+		time.Sleep(min(pause, left))
+		pause = min(2*pause, time.Millisecond)
+	}
 }
 
 // errDirty is why no final frame goes out on a link whose last write was

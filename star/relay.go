@@ -114,6 +114,15 @@ func (rs *relayState) fail() {
 	rs.cond.Broadcast()
 }
 
+// doneReading marks the end of l's reader (its read side is free again)
+// and wakes a writer waiting for it (see lastWordsAfterRead).
+func (rs *relayState) doneReading(l *link) {
+	rs.mu.Lock()
+	l.relayReading.Store(false)
+	rs.mu.Unlock()
+	rs.cond.Broadcast()
+}
+
 // wait returns how many bytes of region r have arrived once at least want
 // have (or the whole region), or false when a reader failed.
 func (rs *relayState) wait(r, want int) (int, bool) {
@@ -240,15 +249,16 @@ func (co *coordinator) relayRead(l *link) error {
 			co.rs.publish(l.peer, have)
 		}
 		if err != nil && have < len(p) {
-			l.relayReading.Store(false)
 			l.endRead()
+			co.rs.doneReading(l)
 			return unexpectedEOF(l.ioErr(err, false))
 		}
 	}
-	// The read side is free: a writer that fails from now on may read the
-	// worker's last words (an Abort it sent before it closed).
-	l.relayReading.Store(false)
+	// The read side is free: a writer that fails from now on, or failed
+	// while this read, may read the worker's last words (an Abort it sent
+	// before it closed).
 	l.endRead()
+	co.rs.doneReading(l)
 	return nil
 }
 
@@ -265,6 +275,7 @@ func (co *coordinator) relayWrite(l *link) error {
 	}
 	PutHeader(l.whdr[:], TagAllgathervRecv, total)
 	l.wdirty = true
+	l.wordsLater = false
 	var one [1][]byte
 	one[0] = parts[0]
 	// The frame is over alignedStageMax (relayMin): its header goes
@@ -275,7 +286,7 @@ func (co *coordinator) relayWrite(l *link) error {
 	// memmove in an allgatherv-cuts profile fell from 1398 to 347 samples
 	// without it).
 	if err := l.writeLong(l.whdr[:HeaderSize], one[:]); err != nil {
-		return err
+		return co.lastWordsAfterRead(l, err)
 	}
 	for r := 1; r < len(parts); r++ {
 		p := parts[r]
@@ -286,13 +297,44 @@ func (co *coordinator) relayWrite(l *link) error {
 			}
 			one[0] = p[sent:have]
 			if err := l.writeGathered(nil, one[:]); err != nil {
-				return err
+				return co.lastWordsAfterRead(l, err)
 			}
 			sent = have
 		}
 	}
 	l.wdirty = false
 	return nil
+}
+
+// lastWordsAfterRead returns the error of a relay writer's failed write to
+// l. A write that failed because the worker is gone while l's reader was
+// still reading its region (ioErr then left the read side alone, see
+// link.wordsLater) waits for that reader to end, which it soon does (what
+// the worker sent is in the receive buffer, or the reader fails too), and
+// then reads the worker's last words: a worker that sees rank 0's reply is
+// wrong sends its Abort and may exit at once, while rank 0 still writes
+// the rest of the reply and reads its region. Without this, rank 0 and
+// through it every worker reported a broken pipe instead of the worker's
+// reason.
+func (co *coordinator) lastWordsAfterRead(l *link, err error) error {
+	if !l.wordsLater {
+		return err
+	}
+	l.wordsLater = false
+	rs := &co.rs
+	rs.mu.Lock()
+	for l.relayReading.Load() && !rs.failed {
+		rs.cond.Wait()
+	}
+	failed := rs.failed
+	rs.mu.Unlock()
+	if failed {
+		return err // a reader failed: every link is being cut
+	}
+	if ab := l.lastWords(); ab != nil {
+		return ab
+	}
+	return err
 }
 
 // writeServe runs link l's relay writes until its channel closes.

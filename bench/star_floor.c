@@ -12,7 +12,9 @@
  *                               # through rank 0, an untimed barrier after each
  *
  * Each rank prints the median, 10th and 90th percentile of its N times in
- * microseconds.
+ * microseconds; rank 0 then prints the median over the N repetitions of
+ * the slowest rank's time, the figure starbench reports (the workers send
+ * their times to rank 0 after the last repetition).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -176,11 +178,32 @@ int main(int argc, char **argv) {
 		if (size > 0)
 			barrier(rank, R, fds, buf);
 	}
+	double *slow = malloc(sizeof(double) * N);
+	if (!slow)
+		die("malloc");
+	memcpy(slow, t, sizeof(double) * N);
+	if (rank != 0)
+		writen(fds[0], (char *)t, (int)(sizeof(double) * N));
+	else {
+		double *w = malloc(sizeof(double) * N);
+		if (!w)
+			die("malloc");
+		for (int r = 1; r < R; r++) {
+			readn(fds[r], (char *)w, (int)(sizeof(double) * N));
+			for (int i = 0; i < N; i++)
+				if (w[i] > slow[i])
+					slow[i] = w[i];
+		}
+		free(w);
+	}
 	qsort(t, N, sizeof(double), cmp);
+	qsort(slow, N, sizeof(double), cmp);
 	printf("rank %d median %.1f us p10 %.1f p90 %.1f\n", rank, t[N / 2], t[N / 10], t[N * 9 / 10]);
 	fflush(stdout);
-	if (rank == 0)
+	if (rank == 0) {
 		while (wait(0) > 0)
 			;
+		printf("slowest rank per repetition: median %.1f us p10 %.1f p90 %.1f\n", slow[N / 2], slow[N / 10], slow[N * 9 / 10]);
+	}
 	return 0;
 }

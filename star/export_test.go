@@ -39,6 +39,14 @@ const HookAllSilent = hookAllSilent
 // allgatherv.
 const HookRelay = hookRelay
 
+// HookWords is the hook point at which a relay's writer whose worker is
+// gone waits for the link's reader before it reads the worker's last words.
+const HookWords = hookWords
+
+// HookServed is the hook point at which a link's goroutine finished a
+// request, before it reports.
+const HookServed = hookServed
+
 // HookBegin is the hook point at which a collective is running, before
 // its first I/O.
 const HookBegin = hookBegin

@@ -321,6 +321,7 @@ func (co *coordinator) lastWordsAfterRead(l *link, err error) error {
 		return err
 	}
 	l.wordsLater = false
+	co.c.hook(hookWords)
 	rs := &co.rs
 	rs.mu.Lock()
 	for l.relayReading.Load() && !rs.failed {

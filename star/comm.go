@@ -545,8 +545,8 @@ const abortFlushMax = 200 * time.Millisecond
 // that a peer blocked writing to us can move on and read. It returns once
 // every Abort has been taken (by the system, or on an unbuffered
 // transport by the peer) and, where the transport tells (TCP on Linux),
-// acknowledged by the peer with everything written before it (see
-// link.awaitUnsent), and the noob control-session Aborts begun
+// sent, with everything written before it (see link.awaitUnsent), and the
+// noob control-session Aborts begun
 // before have each put their token in oob, or after abortFlushMax (or
 // half ShutdownTimeout, if shorter); the Abort to a peer that timed out
 // is not waited for. The links then end in the background: an Abort not

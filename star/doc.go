@@ -100,8 +100,8 @@
 // a peer blocked in a write can move on, and the failing collective
 // returns only once every Abort (on rank 0, the control sessions' too)
 // has been taken by the system (or, on an unbuffered transport, by the
-// peer) and, over TCP on Linux, acknowledged by the peer together with
-// everything written before it (transport.UnsentCounter), or after
+// peer) and, over TCP on Linux, sent, with everything written before it
+// (transport.UnsentCounter), or after
 // min(ShutdownTimeout/2, 200 ms): a process that exits the instant it
 // sees the error still tells every peer the truth. (A process that exits
 // with bytes it received unread resets its connections, and the system

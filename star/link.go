@@ -104,6 +104,10 @@ type link struct {
 	relayReading atomic.Bool
 	// wordsLater: see relayReading (the writer's own).
 	wordsLater bool
+	// relayRegionIn tells whether the relay's reader ended having read
+	// the whole region (set under the relay state's lock; reset before
+	// the readers start).
+	relayRegionIn bool
 
 	// ctl is the control session with the peer, once there is one (the
 	// coordinator attaches a worker's at any time after start-up).
@@ -1013,13 +1017,14 @@ func (l *link) sendFinal(tag byte, payload []byte, until time.Time) error {
 	return nil
 }
 
-// awaitUnsent waits until the peer has acknowledged every byte written to
-// the link, or until by, or the system cannot tell (see
-// transport.UnsentCounter), checking at most every millisecond. After a
-// failing collective's Abort: a worker's Abort can sit behind the tail of
-// its own large frame in its send queue while rank 0 is still reading that
-// frame, and a process that exits at once with bytes unread (the rest of
-// rank 0's reply) resets the connection and loses it.
+// awaitUnsent waits until the system has sent every byte written to the
+// link, or until by, or the system cannot tell (see
+// transport.UnsentCounter), checking every 20 µs at first and at least
+// once a millisecond. After a failing collective's Abort: a worker's Abort
+// can sit behind the tail of its own large frame in its send queue while
+// rank 0 is still reading that frame, and a process that exits at once
+// with bytes unread (the rest of rank 0's reply) resets the connection and
+// the system drops what it had not sent.
 func (l *link) awaitUnsent(by time.Time) {
 	if l.uc == nil {
 		return

@@ -33,7 +33,9 @@ import (
 // then blame rank 0. A writer's failure (a worker gone after it sent its
 // region) is that worker's alone: the others get their whole result, as in
 // any scatter; once a worker's region is in, its writer reads the worker's
-// last words (an Abort it sent before it closed) like any failed write.
+// last words (an Abort it sent before it closed) like any failed write (a
+// writer that failed while the link's reader was still reading the region
+// waits for it to end first, see lastWordsAfterRead).
 //
 // An allgatherv whose result is smaller than relayMin is stored and
 // forwarded (gather, then scatter, with polling for small frames): below
@@ -114,10 +116,12 @@ func (rs *relayState) fail() {
 	rs.cond.Broadcast()
 }
 
-// doneReading marks the end of l's reader (its read side is free again)
-// and wakes a writer waiting for it (see lastWordsAfterRead).
-func (rs *relayState) doneReading(l *link) {
+// doneReading marks the end of l's reader (its read side is free again),
+// complete when it read the whole region, and wakes a writer waiting for
+// it (see lastWordsAfterRead).
+func (rs *relayState) doneReading(l *link, complete bool) {
 	rs.mu.Lock()
+	l.relayRegionIn = complete
 	l.relayReading.Store(false)
 	rs.mu.Unlock()
 	rs.cond.Broadcast()
@@ -196,6 +200,7 @@ func (co *coordinator) relay(parts [][]byte) error {
 	}
 	// Every region's progress is set before any reader or writer starts.
 	for _, l := range readers {
+		l.relayRegionIn = false
 		l.relayReading.Store(true)
 		co.c.hook(hookHandoff)
 		l.reqs <- request{kind: reqRelayRead}
@@ -241,6 +246,7 @@ func (co *coordinator) relayRead(l *link) error {
 	for have < len(p) {
 		if err := l.arm(false); err != nil {
 			l.endRead()
+			co.rs.doneReading(l, false)
 			return unexpectedEOF(err)
 		}
 		n, err := l.conn.Read(p[have:min(len(p), have+chunk)])
@@ -250,7 +256,7 @@ func (co *coordinator) relayRead(l *link) error {
 		}
 		if err != nil && have < len(p) {
 			l.endRead()
-			co.rs.doneReading(l)
+			co.rs.doneReading(l, false)
 			return unexpectedEOF(l.ioErr(err, false))
 		}
 	}
@@ -258,7 +264,7 @@ func (co *coordinator) relayRead(l *link) error {
 	// while this read, may read the worker's last words (an Abort it sent
 	// before it closed).
 	l.endRead()
-	co.rs.doneReading(l)
+	co.rs.doneReading(l, true)
 	return nil
 }
 
@@ -327,10 +333,12 @@ func (co *coordinator) lastWordsAfterRead(l *link, err error) error {
 	for l.relayReading.Load() && !rs.failed {
 		rs.cond.Wait()
 	}
-	failed := rs.failed
+	failed, in := rs.failed, l.relayRegionIn
 	rs.mu.Unlock()
-	if failed {
-		return err // a reader failed: every link is being cut
+	if failed || !in {
+		// A reader failed (every link is being cut), or this one, in
+		// the middle of the region: what follows is no frame boundary.
+		return err
 	}
 	if ab := l.lastWords(); ab != nil {
 		return ab

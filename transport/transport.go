@@ -91,13 +91,14 @@ type SpliceWriter interface {
 }
 
 // UnsentCounter is an optional ability of a Conn: Unsent returns how many
-// bytes written to it the peer has not yet acknowledged (TCP's send queue,
-// SIOCOUTQ on Linux), so that a rank about to exit can wait until its last
-// frame has reached the peer's host: a process that exits while bytes it
-// received are unread resets its connections, and the system then drops
-// whatever it had not sent yet. An error wrapping errors.ErrUnsupported
-// means the system cannot tell. Star waits for it (bounded) after a failing
-// collective's Aborts (see star.Comm's failure handling).
+// bytes written to it the system has not sent yet (held in TCP's send
+// queue by the peer's window or congestion control; SIOCOUTQNSD on Linux),
+// so that a rank about to exit can wait until its last frame has left: a
+// process that exits while bytes it received are unread resets its
+// connections, and the system then drops whatever it had not sent yet. An
+// error wrapping errors.ErrUnsupported means the system cannot tell. Star
+// waits for it (bounded) after a failing collective's Aborts (see
+// star.Comm's failure handling).
 type UnsentCounter interface {
 	Unsent() (int, error)
 }

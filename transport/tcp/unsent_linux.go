@@ -10,24 +10,25 @@ import (
 
 var _ transport.UnsentCounter = (*Conn)(nil)
 
-// siocoutq is Linux's SIOCOUTQ (the same number as TIOCOUTQ): the bytes in
-// a TCP socket's send queue, sent or not, that the peer has not
-// acknowledged.
-const siocoutq = 0x5411
+// siocoutqnsd is Linux's SIOCOUTQNSD: the bytes in a TCP socket's send
+// queue not sent yet. (SIOCOUTQ would also count bytes sent but not yet
+// acknowledged, which a peer that reads them but has nothing to send
+// acknowledges only when its delayed-ACK timer fires, 40 ms and more.)
+const siocoutqnsd = 0x894B
 
-// Unsent implements transport.UnsentCounter with ioctl(SIOCOUTQ). The
+// Unsent implements transport.UnsentCounter with ioctl(SIOCOUTQNSD). The
 // closure allocates; it is called only on a failing collective's way out.
 func (c *Conn) Unsent() (int, error) {
 	var n int32
 	var errno syscall.Errno
 	err := c.rc.Control(func(fd uintptr) {
-		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, siocoutq, uintptr(unsafe.Pointer(&n)))
+		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, siocoutqnsd, uintptr(unsafe.Pointer(&n)))
 	})
 	if err != nil {
 		return 0, err
 	}
 	if errno != 0 {
-		return 0, fmt.Errorf("tcp: ioctl SIOCOUTQ: %w", errno)
+		return 0, fmt.Errorf("tcp: ioctl SIOCOUTQNSD: %w", errno)
 	}
 	return int(n), nil
 }

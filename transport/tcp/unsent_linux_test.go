@@ -40,7 +40,7 @@ func TestUnsent(t *testing.T) {
 	require.Eventually(t, func() bool {
 		n, err := a.Unsent()
 		return err == nil && n == 0
-	}, watchdog, time.Millisecond, "everything the peer read was acknowledged")
+	}, watchdog, time.Millisecond, "everything the peer read was sent")
 
 	require.NoError(t, a.Close())
 	_, err = a.Unsent()

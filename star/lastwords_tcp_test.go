@@ -154,15 +154,7 @@ func TestRelayLastWordsAfterRead(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { testkit.CloseAll(comms) })
 
-	// Rank 0 relays only once every worker's control session is up.
-	for up := map[int]bool{}; len(up) < size-1; {
-		select {
-		case r := <-sessions:
-			up[r] = true
-		case <-time.After(20 * time.Second):
-			t.Fatalf("control sessions up: %d of %d", len(up), size-1)
-		}
-	}
+	awaitSessions(t, sessions, size-1) // rank 0 relays only once they are up
 	h.armed.Store(true)
 	errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
 		counts, displs := []int{per, per, per}, []int{0, per, 2 * per}

@@ -50,6 +50,21 @@ func (l wrappingListener) Accept() (transport.Conn, error) {
 	return c, nil
 }
 
+// awaitSessions waits until sessions (fed by a test hook at
+// star.HookHeartbeat with a worker's rank) has named n different workers:
+// rank 0's control session with each of them is up.
+func awaitSessions(t *testing.T, sessions <-chan int, n int) {
+	t.Helper()
+	for up := map[int]bool{}; len(up) < n; {
+		select {
+		case r := <-sessions:
+			up[r] = true
+		case <-time.After(20 * time.Second):
+			t.Fatalf("control sessions up: %d of %d", len(up), n)
+		}
+	}
+}
+
 // throttledNetwork is a loopback TCP network whose accepted connections
 // (rank 0's ends) give polling at most budget bytes each while armed:
 // ReadNow then reports nothing more, as if the rest had not arrived, while
@@ -172,15 +187,7 @@ func TestRelayAfterPolling(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer testkit.CloseAll(comms)
-	// Rank 0 relays only once every worker's control session is up.
-	for up := map[int]bool{}; len(up) < size-1; {
-		select {
-		case r := <-sessions:
-			up[r] = true
-		case <-time.After(20 * time.Second):
-			t.Fatalf("control sessions up: %d of %d", len(up), size-1)
-		}
-	}
+	awaitSessions(t, sessions, size-1) // rank 0 relays only once they are up
 
 	partial := 0 // big frames that polling left partly read
 	for round, throttled := range []bool{true, false, true, false, true, false, true} {

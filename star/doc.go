@@ -101,17 +101,17 @@
 // returns only once every Abort (on rank 0, the control sessions' too)
 // has been taken by the system (or, on an unbuffered transport, by the
 // peer) and, over TCP on Linux, sent, with everything written before it
-// (transport.UnsentCounter), or after
-// min(ShutdownTimeout/2, 200 ms): a process that exits the instant it
-// sees the error still tells every peer the truth. (A process that exits
-// with bytes it received unread resets its connections, and the system
-// drops what it had not sent yet: a worker's Abort behind the tail of its
-// own large frame, which rank 0 was still reading, was lost that way.) A
-// rank whose write fails because the peer is gone reads the peer's last
-// words first: an Abort waiting in its receive buffer is the error it
-// reports (in a relayed allgatherv, once the link's reader has read the
-// rest of the worker's region). The payload is a reason for people, starting "rank
-// N failed during OP", then one line of fields for programs:
+// (transport.UnsentCounter), or after min(ShutdownTimeout/2, 200 ms): a
+// process that exits the instant it sees the error still tells every peer
+// the truth. (A process that exits with bytes it received unread resets
+// its connections, and the system drops what it had not sent yet: a
+// worker's Abort behind the tail of its own large frame, which rank 0 was
+// still reading, was lost that way.) A rank whose write fails because the
+// peer is gone reads the peer's last words first: an Abort waiting in its
+// receive buffer is the error it reports (in a relayed allgatherv, once
+// the link's reader has read the rest of the worker's region). The payload
+// is a reason for people, starting "rank N failed during OP", then one
+// line of fields for programs:
 //
 //	rank 3 failed during allgatherv (seen by rank 0): ...
 //	starcomm-abort/1 rank=3 op=allgatherv cause=timeout

@@ -43,10 +43,6 @@ const HookRelay = hookRelay
 // gone waits for the link's reader before it reads the worker's last words.
 const HookWords = hookWords
 
-// HookServed is the hook point at which a link's goroutine finished a
-// request, before it reports.
-const HookServed = hookServed
-
 // HookBegin is the hook point at which a collective is running, before
 // its first I/O.
 const HookBegin = hookBegin

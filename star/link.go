@@ -102,11 +102,12 @@ type link struct {
 	// reader, and sets wordsLater: the writer reads the peer's last words
 	// once the reader is done (see coordinator.lastWordsAfterRead).
 	relayReading atomic.Bool
-	// wordsLater: see relayReading (the writer's own).
+	// wordsLater: see relayReading (the writer's own; relayWrite clears
+	// it when it starts).
 	wordsLater bool
 	// relayRegionIn tells whether the relay's reader ended having read
-	// the whole region (set under the relay state's lock; reset before
-	// the readers start).
+	// the whole region (set with relayReading's clearing, under the relay
+	// state's lock).
 	relayRegionIn bool
 
 	// ctl is the control session with the peer, once there is one (the

@@ -200,7 +200,6 @@ func (co *coordinator) relay(parts [][]byte) error {
 	}
 	// Every region's progress is set before any reader or writer starts.
 	for _, l := range readers {
-		l.relayRegionIn = false
 		l.relayReading.Store(true)
 		co.c.hook(hookHandoff)
 		l.reqs <- request{kind: reqRelayRead}
@@ -326,7 +325,6 @@ func (co *coordinator) lastWordsAfterRead(l *link, err error) error {
 	if !l.wordsLater {
 		return err
 	}
-	l.wordsLater = false
 	co.c.hook(hookWords)
 	rs := &co.rs
 	rs.mu.Lock()

@@ -8,7 +8,7 @@ import (
 )
 
 // Unsent implements transport.UnsentCounter where the system cannot tell
-// (only Linux's SIOCOUTQ is used): it always fails with an error wrapping
+// (only Linux's SIOCOUTQNSD is used): it always fails with an error wrapping
 // errors.ErrUnsupported.
 func (c *Conn) Unsent() (int, error) {
 	return 0, fmt.Errorf("tcp: the send queue's length: %w", errors.ErrUnsupported)

@@ -18,7 +18,7 @@ import (
 	"github.com/starcomm/starcomm/transport/tcp"
 )
 
-// Environment variables (spec section 8 and the backend-selection spec).
+// Environment variables (the COBRE_* names of the protocol's backends).
 // The table in config_vars.go says what each one sets, allows and
 // defaults to, and which backends read it.
 const (
@@ -32,7 +32,7 @@ const (
 	EnvConnectTimeoutMS = "COBRE_TCP_CONNECT_TIMEOUT_MS"
 	EnvShmName          = "COBRE_SHM_NAME"
 	// EnvShmTimeoutSecs is the shm backend's hang timeout
-	// (Config.ShmTimeout), its own as the issue asks: COBRE_TCP_TIMEOUT_SECS
+	// (Config.ShmTimeout), its own: COBRE_TCP_TIMEOUT_SECS
 	// is the tcp backend's.
 	EnvShmTimeoutSecs = "COBRE_SHM_TIMEOUT_SECS"
 	// EnvSpinUS is starcomm's own addition: how long, in microseconds, a

@@ -15,7 +15,9 @@ import (
 // documents, scripts, recipes) points to a document outside it.
 func TestDocsSelfContained(t *testing.T) {
 	// Built from pieces so that this file does not match itself.
-	outside := []string{"DESIGN" + ".md", "CONFORMANCE" + ".md", "../" + "shared", "/work/" + "shared"}
+	// A spec's numbered section cites the numbered sections of a document users do not
+	// have; docs/protocol.md is the repository's own account of the protocol.
+	outside := []string{"DESIGN" + ".md", "CONFORMANCE" + ".md", "STYLE" + ".md", "../" + "shared", "/work/" + "shared", "spec" + " section", "(section" + " "}
 	checked := 0
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -194,7 +194,7 @@ func asInit(err error, target **comm.InitializationFailedError) bool {
 // by this package (shm.For): the shm backend's POSIX shared memory (rank 0
 // the one leader, regions every rank maps); for the local and tcp
 // backends the heap fallback, where every rank is a leader with its own
-// copy (spec section 7).
+// copy.
 func SharedMemory(c comm.Communicator) shm.Provider {
 	return shm.For(c)
 }

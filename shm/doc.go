@@ -1,4 +1,4 @@
-// Package shm is the spec's SharedMemoryProvider (the TCP backend spec's section 7): regions
+// Package shm is the SharedMemoryProvider of the COBRE backends: regions
 // of typed elements that the ranks on one host can share, a leader that
 // populates them, and a communicator of the ranks on the same host. It is
 // also the shm backend (New, Comm): every rank a process of one host, the

@@ -83,8 +83,8 @@ type role interface {
 	barrier() error
 	// links returns this rank's links (nil entries excluded).
 	links() []*link
-	// shutdown ends a healthy, idle communicator gracefully (spec section
-	// 5.2) and closes its links.
+	// shutdown ends a healthy, idle communicator gracefully (Shutdown, as
+	// docs/protocol.md describes it) and closes its links.
 	shutdown() error
 	// checkCall runs the desync check of collective seq (see
 	// Config.CheckCollectives): a worker sends its fingerprint, the
@@ -196,7 +196,7 @@ func (c *Comm) Size() int { return c.size }
 //   - After a failure, Close closes every connection at once (the Aborts
 //     went out when the collective failed) and returns nil.
 //   - On a healthy, idle coordinator, Close is the spec's graceful
-//     shutdown (section 5.2): it sends Shutdown to every worker and waits
+//     shutdown: it sends Shutdown to every worker and waits
 //     up to ShutdownTimeout for each to take it and close its end. It
 //     returns a *comm.CollectiveFailedError (Operation "close") naming a
 //     worker that could not be sent the Shutdown, or that was still in a
@@ -697,7 +697,7 @@ func (c *Comm) spin(n int) time.Duration {
 	return c.cfg.Spin
 }
 
-// Allgatherv gathers every rank's send into recv (spec section 3.1).
+// Allgatherv gathers every rank's send into recv.
 // Workers send AllgathervSend; the coordinator places each at displs[r] and
 // sends every worker one AllgathervRecv holding all regions in rank order.
 func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, displs []int) error {
@@ -714,7 +714,7 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 	})
 }
 
-// Allreduce reduces send across ranks into recv (spec section 3.2). Workers
+// Allreduce reduces send across ranks into recv. Workers
 // send AllreduceSend (op byte + data); the coordinator reduces in rank order
 // 0, 1, ..., R-1 and sends AllreduceRecv to every worker.
 func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.ReduceOp) error {
@@ -730,7 +730,7 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 	})
 }
 
-// Broadcast copies root's buf to every rank (spec section 3.3). Root 0
+// Broadcast copies root's buf to every rank. Root 0
 // sends Broadcast to every worker; a worker root sends Broadcast to the
 // coordinator, which forwards it to every other worker.
 func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
@@ -746,7 +746,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 	})
 }
 
-// Barrier returns once every rank has entered it (spec section 3.4):
+// Barrier returns once every rank has entered it:
 // workers send BarrierReady; once the coordinator has all of them it sends
 // BarrierGo to every worker.
 func (c *Comm) Barrier(ctx context.Context) error {

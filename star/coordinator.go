@@ -396,7 +396,7 @@ func (co *coordinator) barrier() error {
 	return co.scatter(TagBarrierGo, nil, -1)
 }
 
-// shutdown is the coordinator's graceful end (spec section 5.2): Shutdown
+// shutdown is the coordinator's graceful end (docs/protocol.md, "Collectives": Shutdown): Shutdown
 // to every worker at once, then each link waits, at most ShutdownTimeout
 // from now, for its worker to close its end, and closes. A worker the
 // Shutdown could not be written to, or that was still sending (it called a

@@ -82,7 +82,7 @@
 // Barrier: every worker sends BarrierReady (0x06, empty); once the
 // coordinator has all of them it sends BarrierGo (0x07, empty) to each.
 //
-// Shutdown (spec section 5.2): Close on a healthy, idle coordinator sends
+// Shutdown: Close on a healthy, idle coordinator sends
 // Shutdown (0x0A, empty) to every worker, half-closes, and waits up to
 // ShutdownTimeout for each worker to close its end. Close on a healthy,
 // idle worker half-closes and waits, at most Timeout, for the Shutdown,

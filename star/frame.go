@@ -8,7 +8,7 @@ import (
 	"syscall"
 )
 
-// Frame tags (spec section 4.2, plus the Abort extension; the Control and
+// Frame tags (docs/protocol.md, "Frames"; plus the Abort extension; the Control and
 // authentication tags are in control.go and auth.go).
 const (
 	TagAllgathervSend byte = 0x01

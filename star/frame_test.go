@@ -30,7 +30,7 @@ func unhex(t *testing.T, s string) []byte {
 	return b
 }
 
-// TestWireConstants pins the tag values of spec section 4.2 and the
+// TestWireConstants pins the tag values of docs/protocol.md ("Frames") and the
 // ReduceOp bytes (see the package doc).
 func TestWireConstants(t *testing.T) {
 	require.Equal(t, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, []byte{

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Handshake payload sizes (spec section 2.2).
+// Handshake payload sizes (docs/protocol.md, "Start-up").
 const (
 	handshakeLen = 8 // rank u32 BE, size u32 BE
 	ackLen       = 4 // size u32 BE

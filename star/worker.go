@@ -141,7 +141,7 @@ func (w *worker) barrier() error {
 	return w.exchange(TagBarrierReady, nil, nil, TagBarrierGo)
 }
 
-// shutdown is a worker's graceful end (spec section 5.2): it half-closes
+// shutdown is a worker's graceful end (docs/protocol.md, "Collectives": Shutdown): it half-closes
 // its end (a coordinator still waiting for it in a collective this rank
 // did not call then fails at once, naming it), waits for the coordinator's
 // Shutdown, at most the link's timeout, and closes. Anything else from

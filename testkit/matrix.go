@@ -701,7 +701,7 @@ func runHandshakeCell(t *testing.T, cell Cell) {
 }
 
 // runShutdownCell fails a rank between its last collective and Close, and
-// checks the graceful shutdown of spec section 5.2 as every other rank
+// checks the protocol's graceful shutdown as every other rank
 // sees it: a healthy worker's Close returns nil once it has the Shutdown;
 // the coordinator's Close names a worker that could not take its Shutdown;
 // a worker's Close names a coordinator that ended without sending it (at

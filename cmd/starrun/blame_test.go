@@ -71,7 +71,7 @@ func checkPanicJob(t *testing.T, code int, stderr, dir string, wantFirst int) (f
 	return first
 }
 
-// TestRootCauseOfPanic is the issue's scenario: rank 2 panics (exit code
+// TestRootCauseOfPanic is the misattribution scenario: rank 2 panics (exit code
 // 2, no error record) while ranks 0, 1 and 3 record errors blaming it and
 // exit 1 (or, in some runs, rank 3 waits to be stopped), in orders that
 // vary from run to run, often with rank 1 ending first. starrun must name
@@ -109,13 +109,13 @@ func TestRootCauseOfPanic(t *testing.T) {
 	})
 	// Half the runs end rank 1 first.
 	if n := firstWasRank1.Load(); n == 0 {
-		t.Errorf("rank 1 failed first in none of the %d runs: the scenario no longer reproduces the issue", rootCauseRuns)
+		t.Errorf("rank 1 failed first in none of the %d runs: the scenario no longer reproduces the misattribution", rootCauseRuns)
 	} else {
 		t.Logf("rank 1 failed first in %d of %d runs", n, rootCauseRuns)
 	}
 }
 
-// TestProcessRootCauseOfPanic runs the issue's scenario through the
+// TestProcessRootCauseOfPanic runs the misattribution scenario through the
 // starrun binary, rank 1 failing first.
 func TestProcessRootCauseOfPanic(t *testing.T) {
 	t.Parallel()

@@ -1,7 +1,7 @@
 package launchtest
 
 // panicOrders are the orders in which the four ranks of PanicScenario end;
-// half of them start with rank 1, the rank the issue saw blamed.
+// half of them start with rank 1, the rank a naive launcher would blame.
 var panicOrders = [][]int{
 	{1, 2, 0, 3}, {1, 0, 3, 2}, {1, 3, 0, 2}, {2, 1, 0, 3}, {0, 1, 3, 2},
 	{3, 2, 1, 0}, {1, 2, 3, 0}, {0, 2, 3, 1}, {1, 0, 2, 3}, {2, 3, 0, 1},

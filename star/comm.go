@@ -660,12 +660,31 @@ func (c *Comm) run(ctx context.Context, op string, check func() error, body func
 	if err == nil {
 		err = body()
 	}
+	c.release()
 	c.endWatch()
 	c.hook(hookEnd)
 	if err != nil {
 		return c.fail(ctx, op, err)
 	}
 	return c.settle(ctx, op)
+}
+
+// release drops the references to the caller's memory (recv's regions,
+// the broadcast buffer, counts) that the collective just over kept in
+// reused scratch, so that no slice of the caller's outlives the call, even
+// for the garbage collector. Every link's goroutine is idle by then: body
+// returns once every request it handed out has its result.
+func (c *Comm) release() {
+	clear(c.parts)
+	c.parts = c.parts[:0]
+	c.cl = call{}
+	for _, l := range c.role.links() {
+		clear(l.rparts)
+		l.rparts = l.rparts[:0]
+	}
+	if co, ok := c.role.(*coordinator); ok {
+		co.one[0] = nil
+	}
 }
 
 // frameLimit checks that a payload of n bytes fits a frame.

@@ -228,6 +228,7 @@ type InvalidConfigurationError struct {
 	Allowed string
 }
 
+// Error names the variable, its value and what it allows.
 func (e *InvalidConfigurationError) Error() string {
 	return fmt.Sprintf("starcomm: invalid %s=%q: %s", e.Var, e.Value, e.Allowed)
 }
@@ -242,6 +243,8 @@ type UnknownVariableError struct {
 	Suggestion string
 }
 
+// Error names the variable and the known one it most resembles, or
+// lists the known ones.
 func (e *UnknownVariableError) Error() string {
 	if e.Suggestion != "" {
 		return fmt.Sprintf("starcomm: unknown variable %s: did you mean %s?", e.Var, e.Suggestion)

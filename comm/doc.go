@@ -37,6 +37,14 @@
 // communicator usable. Any failure after communication has started is
 // fail-stop: the collective returns a *CollectiveFailedError (or
 // *InvalidBufferSizeError when a peer's frame length disagrees), and every
-// later call returns an error at once. Close always returns promptly; after
-// Close every call returns ErrInvalidCommunicator.
+// later call returns an error at once. A context cancelled once the
+// collective has begun fails it like any other failure. One already done
+// when the collective is called fails it before anything is sent: the tcp
+// and local backends then stay usable (like after a precondition
+// violation), while the shm backend aborts the job (its peers are told
+// through the segment, as for any failure). Close returns
+// promptly after a failure or when it interrupts a collective; a healthy
+// backend's Close may wait for its peers to end too (the tcp backend's
+// workers wait, at most the timeout, for rank 0's Shutdown). After Close
+// every call returns ErrInvalidCommunicator.
 package comm

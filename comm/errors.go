@@ -31,6 +31,7 @@ type CollectiveFailedError struct {
 	Err error
 }
 
+// Error names the collective, the rank at fault and what happened.
 func (e *CollectiveFailedError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "comm: %s failed", e.Operation)
@@ -68,6 +69,7 @@ type InvalidBufferSizeError struct {
 	Detail string
 }
 
+// Error names the buffer, the size expected and the size given.
 func (e *InvalidBufferSizeError) Error() string {
 	unit := e.Unit
 	if unit == "" {
@@ -86,6 +88,7 @@ type InvalidRootError struct {
 	Size int
 }
 
+// Error names the root and the ranks allowed.
 func (e *InvalidRootError) Error() string {
 	return fmt.Sprintf("comm: broadcast: invalid root %d for communicator of size %d (want 0..%d)", e.Root, e.Size, e.Size-1)
 }
@@ -98,6 +101,7 @@ type InvalidArgumentError struct {
 	Message   string
 }
 
+// Error names the collective and the argument at fault.
 func (e *InvalidArgumentError) Error() string {
 	return fmt.Sprintf("comm: %s: invalid argument: %s", e.Operation, e.Message)
 }
@@ -109,6 +113,7 @@ type AllocationFailedError struct {
 	Message        string
 }
 
+// Error names the size requested and why it could not be had.
 func (e *AllocationFailedError) Error() string {
 	return fmt.Sprintf("comm: allocation of %d bytes failed: %s", e.RequestedBytes, e.Message)
 }
@@ -123,6 +128,7 @@ type InitializationFailedError struct {
 	Err error
 }
 
+// Error names the backend and the cause.
 func (e *InitializationFailedError) Error() string {
 	return fmt.Sprintf("comm: %s backend initialization failed: %v", e.Backend, e.Err)
 }
@@ -137,6 +143,7 @@ type MissingConfigurationError struct {
 	MissingVars []string
 }
 
+// Error names the backend and the variables it lacks.
 func (e *MissingConfigurationError) Error() string {
 	return fmt.Sprintf("comm: %s backend: missing required configuration: %s", e.Backend, strings.Join(e.MissingVars, ", "))
 }
@@ -147,6 +154,7 @@ type InvalidBackendError struct {
 	Available []string
 }
 
+// Error names the backend asked for and the ones available.
 func (e *InvalidBackendError) Error() string {
 	return fmt.Sprintf("comm: unknown backend %q (available: %s)", e.Name, strings.Join(e.Available, ", "))
 }
@@ -158,6 +166,7 @@ type BackendNotAvailableError struct {
 	Reason  string
 }
 
+// Error names the backend and why it is not available here.
 func (e *BackendNotAvailableError) Error() string {
 	return fmt.Sprintf("comm: backend %q is not available: %s", e.Backend, e.Reason)
 }

@@ -119,6 +119,7 @@ type AbortError struct {
 	Err            error
 }
 
+// Error names the failed rank, the collective and the rank that reported it.
 func (e *AbortError) Error() string {
 	return fmt.Sprintf("rank %d failed during %s (reported by rank %d): %s", e.Rank, e.Op, e.Reporter, e.Message)
 }
@@ -136,6 +137,7 @@ type InUseError struct {
 	Reason string
 }
 
+// Error names the segment and says how to avoid the clash.
 func (e *InUseError) Error() string {
 	return fmt.Sprintf("segment %s is in use by another live job (%s): give every job its own COBRE_SHM_NAME", e.Path, e.Reason)
 }
@@ -151,6 +153,7 @@ type MissingRanksError struct {
 	Err error
 }
 
+// Error lists the ranks that never joined, and why the wait ended.
 func (e *MissingRanksError) Error() string {
 	return fmt.Sprintf("missing ranks %v: %v", e.Ranks, e.Err)
 }

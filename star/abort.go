@@ -139,6 +139,7 @@ type AbortError struct {
 	Cause error
 }
 
+// Error names the rank that sent the Abort and its reason.
 func (e *AbortError) Error() string {
 	return fmt.Sprintf("aborted by rank %d: %s", e.From, e.Reason)
 }

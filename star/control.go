@@ -354,6 +354,8 @@ type UnresponsiveError struct {
 	Workers int
 }
 
+// Error names the silent rank (or rank 0's lost workers) and how long it
+// was silent.
 func (e *UnresponsiveError) Error() string {
 	s := fmt.Sprintf("rank %d unresponsive: no heartbeat for %v (a frozen process, a dead host or a cut link)", e.Rank, e.Silence.Round(time.Millisecond))
 	if e.Workers > 0 {

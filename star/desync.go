@@ -26,6 +26,8 @@ type DesyncError struct {
 	Others string
 }
 
+// Error names the collective, the rank that differs, its call and the
+// others'.
 func (e *DesyncError) Error() string {
 	return fmt.Sprintf("collective #%d: rank %d called %s; %s", e.Seq, e.Rank, e.Called, e.Others)
 }

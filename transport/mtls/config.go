@@ -61,6 +61,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error names the field and what is wrong with it.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("mtls: invalid Config.%s: %s", e.Field, e.Reason)
 }
@@ -161,6 +162,7 @@ type FileError struct {
 	Err error
 }
 
+// Error names the file, what it was for and what is wrong with it.
 func (e *FileError) Error() string {
 	msg := fmt.Sprintf("mtls: %s file %s: %s", e.What, e.Path, e.Reason)
 	if e.Err != nil {

@@ -27,6 +27,7 @@ type HandshakeError struct {
 	Err error
 }
 
+// Error names the peer and whether the handshake failed or timed out.
 func (e *HandshakeError) Error() string {
 	who := "the coordinator at " + e.Peer
 	if e.Server {
@@ -97,6 +98,7 @@ type PeerRefusedError struct {
 	Err error
 }
 
+// Error names the peer, its alert and the usual reasons for it.
 func (e *PeerRefusedError) Error() string {
 	who := "the coordinator at " + e.Peer
 	if e.Server {

@@ -71,6 +71,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error names the field, its value and what it must be.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("tcp: invalid Config.%s %v: %s", e.Field, e.Value, e.Reason)
 }

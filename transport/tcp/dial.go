@@ -107,6 +107,7 @@ type UnreachableError struct {
 	ConnectTimeout time.Duration
 }
 
+// Error names the address, why the dialer gave up and the last dial error.
 func (e *UnreachableError) Error() string {
 	var why string
 	switch {

@@ -32,6 +32,7 @@ type AddrInUseError struct {
 	Err error
 }
 
+// Error names the address that is taken.
 func (e *AddrInUseError) Error() string {
 	return fmt.Sprintf("tcp: listen on %s: address already in use (another process, perhaps an earlier coordinator, holds the port)", e.Addr)
 }

@@ -98,7 +98,7 @@
 // exited starrun reads the ranks' error records and names the root cause on
 // its last line:
 //
-//	starrun: rank 2 (pid 1234) exited with code 2: root cause (blamed by ranks 0, 1, 3: "allreduce failed (rank 2): ..."); rank 1 failed first
+//	starrun: rank 2 (pid 1234) exited with code 2: root cause (blamed by ranks 0, 1, 3: "comm: allreduce failed (rank 2): ..."); rank 1 failed first
 //
 // The rule: records a rank wrote after starrun signalled it are set aside
 // (the stop may have caused them). Starting from the earliest record,

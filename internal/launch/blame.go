@@ -183,7 +183,7 @@ const maxMessageBytes = 300
 // command's name: the root cause, how it ended, what accuses it, and the
 // rank that failed first when that is another one. For example:
 //
-//	rank 2 (pid 1234) exited with code 2: root cause (blamed by ranks 0, 1, 3: "allreduce failed (rank 2): ...")
+//	rank 2 (pid 1234) exited with code 2: root cause (blamed by ranks 0, 1, 3: "comm: allreduce failed (rank 2): ...")
 //
 // name is the launcher's name ("starrun"), used to say that it stopped a
 // rank.

@@ -85,7 +85,7 @@
 // The last line names it, how it ended, who blamed it and the first line
 // of the message, and the rank that failed first if that is another:
 //
-//	NAME: rank 2 (pid 1234) exited with code 2: root cause (blamed by ranks 0, 1, 3: "allreduce failed (rank 2): ..."); rank 1 failed first
+//	NAME: rank 2 (pid 1234) exited with code 2: root cause (blamed by ranks 0, 1, 3: "comm: allreduce failed (rank 2): ..."); rank 1 failed first
 //
 // # Exit code
 //

@@ -75,6 +75,38 @@ type admission struct {
 
 	closeOnce sync.Once     // closes the listener
 	closed    chan struct{} // closed once the listener is
+
+	// sessions tells the desync check which control sessions may still
+	// come (see awaitSession).
+	sessions sessionWatch
+}
+
+// sessionWatch follows the control sessions after start-up for a
+// coordinator that must wait for a worker's (Config.CheckCollectives): a
+// session comes once its connection is approved and set up, and no new
+// one is approved once the listener has closed.
+type sessionWatch struct {
+	mu      sync.Mutex
+	change  chan struct{} // closed, and replaced, at every change
+	setting []bool        // approved and being set up, by rank
+	over    bool          // the listener has closed
+}
+
+// update applies f under the lock and wakes every waiter.
+func (s *sessionWatch) update(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
+	close(s.change)
+	s.change = make(chan struct{})
+}
+
+// state reports whether rank's session can still come, and a channel
+// that closes at the next change.
+func (s *sessionWatch) state(rank int) (possible bool, change <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.over || s.setting[rank], s.change
 }
 
 // controlConn is a control connection the coordinator has set up, for the
@@ -133,7 +165,8 @@ func admit(ctx context.Context, cfg Config) (*admission, []*link, error) {
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	a := &admission{cfg: cfg, deadline: deadline, events: make(chan event), done: make(chan struct{}), closed: make(chan struct{}),
-		open: map[transport.Conn]bool{}, slots: make([]*slot, cfg.Size), controls: make([]bool, cfg.Size)}
+		open: map[transport.Conn]bool{}, slots: make([]*slot, cfg.Size), controls: make([]bool, cfg.Size),
+		sessions: sessionWatch{change: make(chan struct{}), setting: make([]bool, cfg.Size)}}
 	a.wg.Add(1)
 	go a.acceptLoop()
 	err := a.run(ctx)
@@ -217,6 +250,7 @@ func (a *admission) closeListener() {
 	a.closeOnce.Do(func() {
 		close(a.closed)
 		_ = a.cfg.Listener.Close()
+		a.sessions.update(func() { a.sessions.over = true })
 	})
 }
 
@@ -276,6 +310,7 @@ func (a *admission) handle(ev event) {
 			reason = fmt.Sprintf("rank %d already has a control session", ev.rank)
 		default:
 			a.controls[r] = true
+			a.sessions.update(func() { a.sessions.setting[r] = true })
 		}
 		if reason != "" {
 			a.refused(reason)
@@ -515,6 +550,9 @@ func (a *admission) setUpControl(l *link, rank int) {
 	delete(a.open, l.conn)
 	attach, over := a.attach, a.over
 	a.mu.Unlock()
+	// Whatever the outcome, this rank's session is no longer being set up
+	// (attached first, so that a waiter woken finds it).
+	defer a.sessions.update(func() { a.sessions.setting[rank] = false })
 	if err != nil || over {
 		_ = l.conn.Close()
 		if sess != nil {
@@ -522,6 +560,9 @@ func (a *admission) setUpControl(l *link, rank int) {
 		}
 		a.report(event{kind: evControlLost, rank: uint32(rank)})
 		return
+	}
+	if testHook != nil {
+		testHook(rank, hookSessionSetUp)
 	}
 	attach(rank, &controlConn{conn: l.conn, sess: sess, hb: hb, msgs: msgs})
 }

@@ -648,8 +648,12 @@ func (c *Comm) run(ctx context.Context, op string, check func() error, body func
 		return c.fail(ctx, op, pending)
 	}
 	if err := check(); err != nil {
+		// Rejected before anything was sent: the call does not count, so
+		// that the next one keeps the number every other rank gives it
+		// (the desync check and the stall reports match collectives by it).
 		c.stateMu.Lock()
 		c.running, c.ctxLive = false, false
+		c.seq--
 		c.stateMu.Unlock()
 		return err
 	}

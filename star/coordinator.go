@@ -440,7 +440,13 @@ func (co *coordinator) checkCall(seq uint64, cl *call) error {
 		co.fps[l.peer] = nil
 		ctl := l.ctl.Load()
 		if ctl == nil {
-			continue
+			var err error
+			if ctl, err = co.awaitSession(l); err != nil {
+				return &linkError{peer: l.peer, err: err}
+			}
+			if ctl == nil {
+				continue // a worker without one (a spec-only one) is not checked
+			}
 		}
 		fp, err := co.readCall(l, ctl, seq)
 		if err != nil {
@@ -449,6 +455,46 @@ func (co *coordinator) checkCall(seq uint64, cl *call) error {
 		co.fps[l.peer] = fp
 	}
 	return compareCalls(seq, co.fps)
+}
+
+// awaitSession waits for worker l's control session, which its first
+// collectives can precede (it is set up in the background after
+// start-up), so that the desync check covers them too. It returns nil
+// once none can come any more (the listener closed without one for l: a
+// worker that opens none, like a spec-only one) or, with a warning, after
+// the collective timeout. Cancelling l interrupts it.
+func (co *coordinator) awaitSession(l *link) (*control, error) {
+	if co.gate == nil {
+		return nil, nil
+	}
+	until := time.NewTimer(co.c.cfg.Timeout)
+	defer until.Stop()
+	// A cancel sets a cause and passes the socket's deadline: nothing to
+	// select on, so the cause is looked at every few milliseconds.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	if testHook != nil {
+		testHook(l.peer, hookAwaitSession)
+	}
+	for {
+		if ctl := l.ctl.Load(); ctl != nil {
+			return ctl, nil
+		}
+		if err := l.cancelled(); err != nil {
+			return nil, err
+		}
+		possible, change := co.gate.sessions.state(l.peer)
+		if !possible {
+			return l.ctl.Load(), nil
+		}
+		select {
+		case <-change:
+		case <-tick.C:
+		case <-until.C:
+			co.c.log(slog.LevelWarn, "collective check: no control session from this worker within the timeout; its calls are not checked", "rank", l.peer)
+			return nil, nil
+		}
+	}
 }
 
 // readCall reads worker l's fingerprint of collective seq from its

@@ -344,7 +344,11 @@
 //     operation, element type, counts or length, root, reduce op); the
 //     coordinator compares every rank's with its own and, on a mismatch,
 //     fails every rank with a *DesyncError (errors.Is ErrDesync) naming
-//     the rank that differs and how. It catches what the frames cannot
+//     the rank that differs and how. A worker's first collectives can
+//     come before its session is attached: the coordinator then waits for
+//     it (as long as the session can still come, at most the collective
+//     timeout), so those are checked too; a worker that opens none (a
+//     spec-only one) is not checked once the listener has closed. It catches what the frames cannot
 //     show: counts permuted with the same total, element types of the same
 //     size, disagreement on a broadcast root.
 //

@@ -57,3 +57,11 @@ func Fingerprint(seq uint64, op string, dt comm.DType, n int, counts []int, root
 	cl := &call{op: op, dt: dt, n: n, counts: counts, root: root, rop: rop}
 	return cl.fingerprint(nil, seq)
 }
+
+// HookSessionSetUp is the hook point at which the coordinator has answered
+// a worker's Control frame and is about to attach its session.
+const HookSessionSetUp = hookSessionSetUp
+
+// HookAwaitSession is the hook point at which the desync check starts to
+// wait for a worker's control session.
+const HookAwaitSession = hookAwaitSession

@@ -31,6 +31,13 @@ const (
 	// of them reached the liveness timeout, and gives the others a
 	// heartbeat interval to be heard before it names itself.
 	hookAllSilent = "all-silent"
+	// hookSessionSetUp: the coordinator has answered a worker's Control
+	// frame and is about to attach its session (the hook's rank is the
+	// worker's).
+	hookSessionSetUp = "session-set-up"
+	// hookAwaitSession: the desync check waits for a worker's control
+	// session, not attached yet (the hook's rank is the worker's).
+	hookAwaitSession = "await-session"
 )
 
 // testHook, when set (by tests only, before any communicator starts), is

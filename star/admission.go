@@ -101,12 +101,13 @@ func (s *sessionWatch) update(f func()) {
 	s.change = make(chan struct{})
 }
 
-// state reports whether rank's session can still come, and a channel
+// state reports whether rank's session is being set up, whether the
+// listener has closed (no other session will be approved), and a channel
 // that closes at the next change.
-func (s *sessionWatch) state(rank int) (possible bool, change <-chan struct{}) {
+func (s *sessionWatch) state(rank int) (setting, over bool, change <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.over || s.setting[rank], s.change
+	return s.setting[rank], s.over, s.change
 }
 
 // controlConn is a control connection the coordinator has set up, for the

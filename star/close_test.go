@@ -73,7 +73,7 @@ type handoffRecorder struct {
 
 func (h *handoffRecorder) hook(rank int, point string) {
 	switch point {
-	case star.HookRegistered, "closing", star.HookBeat, star.HookHeartbeat, star.HookAllSilent:
+	case star.HookRegistered, "closing", star.HookBeat, star.HookHeartbeat, star.HookAllSilent, star.HookSessionSetUp:
 		return // not a collective's points (the control session's run on their own)
 	}
 	if rank != h.rank {

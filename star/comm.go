@@ -136,7 +136,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			co := newCoordinator(c, links)
 			c.role = co
 			if cfg.control() {
-				co.gate = gate
+				co.gate, co.graceEnd = gate, time.Now().Add(sessionGrace)
 				gate.serve(co.attach, func(msg string, args ...any) { c.log(slog.LevelWarn, msg, args...) })
 			} else {
 				gate.stop()

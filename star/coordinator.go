@@ -23,13 +23,15 @@ import (
 // run until stop closes their request channels, which Close does only
 // once no collective runs, so no request is ever left without a result.
 type coordinator struct {
-	c       *Comm
-	gate    *admission    // serving control connections, when the control session is on
-	quit    chan struct{} // closed by stop: the stall monitor ends
-	workers []*link       // the links to ranks 1..size-1, in rank order
-	byRank  []*link       // byRank[r] is the link to rank r; byRank[0] is nil
-	results chan result
-	serving sync.WaitGroup
+	c    *Comm
+	gate *admission // serving control connections, when the control session is on
+	// graceEnd is sessionGrace after start-up (see awaitSession).
+	graceEnd time.Time
+	quit     chan struct{} // closed by stop: the stall monitor ends
+	workers  []*link       // the links to ranks 1..size-1, in rank order
+	byRank   []*link       // byRank[r] is the link to rank r; byRank[0] is nil
+	results  chan result
+	serving  sync.WaitGroup
 	// polled is set when every worker link can be polled and Spin > 0.
 	polled bool
 
@@ -396,11 +398,13 @@ func (co *coordinator) barrier() error {
 	return co.scatter(TagBarrierGo, nil, -1)
 }
 
-// shutdown is the coordinator's graceful end (docs/protocol.md, "Collectives": Shutdown): Shutdown
-// to every worker at once, then each link waits, at most ShutdownTimeout
-// from now, for its worker to close its end, and closes. A worker the
-// Shutdown could not be written to, or that was still sending (it called a
-// collective that rank 0 did not), is an error naming it.
+// shutdown is the coordinator's graceful end (docs/protocol.md,
+// "Collectives": Shutdown): Shutdown to every worker at once, then each
+// link waits, at most ShutdownTimeout from now, for its worker to close its
+// end, and closes. A worker that had sent an Abort (it failed after rank
+// 0's last collective) is an error naming the rank its Abort blames; one
+// the Shutdown could not be written to, or that was still sending (it
+// called a collective that rank 0 did not), is an error naming it.
 func (co *coordinator) shutdown() error {
 	co.closeGate()
 	until := time.Now().Add(co.c.cfg.ShutdownTimeout)
@@ -413,7 +417,14 @@ func (co *coordinator) shutdown() error {
 				errs[l.peer] = fmt.Errorf("rank %d: Shutdown not delivered: %w", l.peer, err)
 			}
 			l.finish()
-			if l.drainedBytes > 0 && errs[l.peer] == nil {
+			// The worker's last word first: a worker that failed after
+			// rank 0's last collective (rank 0 finished it, the worker
+			// did not) sent an Abort and closed, which also makes the
+			// Shutdown fail; its Abort says what went wrong and whom
+			// that worker blames.
+			if ab := l.drainedAbort(); ab != nil {
+				errs[l.peer] = ab
+			} else if l.drainedBytes > 0 && errs[l.peer] == nil {
 				errs[l.peer] = fmt.Errorf("rank %d was still sending (%d bytes) when rank 0 closed: it called a collective that rank 0 did not (the ranks called different collectives)", l.peer, l.drainedBytes)
 			}
 		})
@@ -421,7 +432,11 @@ func (co *coordinator) shutdown() error {
 	wg.Wait()
 	for r, err := range errs {
 		if err != nil {
-			return &comm.CollectiveFailedError{Operation: OpClose, Rank: r, Message: "graceful shutdown incomplete", Err: errors.Join(errs...)}
+			blame := r
+			if ab, ok := err.(*AbortError); ok && ab.Rank >= 0 {
+				blame = ab.Rank
+			}
+			return &comm.CollectiveFailedError{Operation: OpClose, Rank: blame, Message: "graceful shutdown incomplete", Err: errors.Join(errs...)}
 		}
 	}
 	return nil
@@ -457,12 +472,20 @@ func (co *coordinator) checkCall(seq uint64, cl *call) error {
 	return compareCalls(seq, co.fps)
 }
 
+// sessionGrace is how long after start-up the desync check waits for a
+// worker's control session that has not even been asked for (its
+// connection not yet approved): a starcomm worker asks within
+// milliseconds; a spec-only one never does.
+const sessionGrace = 2 * time.Second
+
 // awaitSession waits for worker l's control session, which its first
 // collectives can precede (it is set up in the background after
-// start-up), so that the desync check covers them too. It returns nil
-// once none can come any more (the listener closed without one for l: a
-// worker that opens none, like a spec-only one) or, with a warning, after
-// the collective timeout. Cancelling l interrupts it.
+// start-up), so that the desync check covers them too: as long as the
+// session is being set up, or, until sessionGrace after start-up, not yet
+// asked for while the listener is open. It returns nil, and the worker's
+// calls go unchecked, once no session can come (a worker that opens none,
+// like a spec-only one), or, with a warning, after the collective timeout.
+// Cancelling l interrupts it.
 func (co *coordinator) awaitSession(l *link) (*control, error) {
 	if co.gate == nil {
 		return nil, nil
@@ -483,8 +506,8 @@ func (co *coordinator) awaitSession(l *link) (*control, error) {
 		if err := l.cancelled(); err != nil {
 			return nil, err
 		}
-		possible, change := co.gate.sessions.state(l.peer)
-		if !possible {
+		setting, over, change := co.gate.sessions.state(l.peer)
+		if !setting && (over || !time.Now().Before(co.graceEnd)) {
 			return l.ctl.Load(), nil
 		}
 		select {

@@ -346,9 +346,10 @@
 //     fails every rank with a *DesyncError (errors.Is ErrDesync) naming
 //     the rank that differs and how. A worker's first collectives can
 //     come before its session is attached: the coordinator then waits for
-//     it (as long as the session can still come, at most the collective
-//     timeout), so those are checked too; a worker that opens none (a
-//     spec-only one) is not checked once the listener has closed. It catches what the frames cannot
+//     it while it is being set up, or, for 2 s after start-up, not yet
+//     asked for (at most the collective timeout), so those are checked
+//     too; a worker that opens none (a spec-only one) is not checked, and
+//     its first collective waits those 2 s. It catches what the frames cannot
 //     show: counts permuted with the same total, element types of the same
 //     size, disagreement on a broadcast root.
 //

@@ -125,6 +125,9 @@ type link struct {
 	// stops (see startDrain); drainedBytes is how much it read.
 	drained      chan struct{}
 	drainedBytes int
+	// drainHead is the first bytes drained (at most drainHeadMax): an
+	// Abort waiting there is the peer's last word (see drainedAbort).
+	drainHead []byte
 }
 
 // cancelCause is why a link was cancelled.
@@ -988,11 +991,28 @@ func (l *link) startDrain(until time.Time) {
 		for {
 			n, err := l.conn.Read(buf[:])
 			l.drainedBytes += n
+			if k := min(n, drainHeadMax-len(l.drainHead)); k > 0 {
+				l.drainHead = append(l.drainHead, buf[:k]...)
+			}
 			if err != nil {
 				return
 			}
 		}
 	}()
+}
+
+// drainHeadMax is how much of what a link drains at its end is kept: an
+// Abort frame with the longest reason.
+const drainHeadMax = HeaderSize + 1 + MaxAbortReason
+
+// drainedAbort returns the Abort the peer sent, if the link's drain (begun
+// at a frame boundary, and over: see finish) read one first, else nil.
+func (l *link) drainedAbort() *AbortError {
+	n, tag, err := ParseHeader(l.drainHead)
+	if err != nil || tag != TagAbort || n > MaxAbortReason || len(l.drainHead) < HeaderSize+n {
+		return nil
+	}
+	return parseAbort(l.peer, l.drainHead[HeaderSize:HeaderSize+n])
 }
 
 // sendFinal writes the link's last frame (Abort or Shutdown), unless a
@@ -1046,14 +1066,25 @@ func (l *link) awaitUnsent(by time.Time) {
 // cut in the middle of a frame.
 var errDirty = errors.New("star: the link's last frame was cut short")
 
+// finishGrace bounds the drain of a link whose half-close failed (see
+// finish): reading what a reset connection still holds takes no waiting.
+const finishGrace = 100 * time.Millisecond
+
 // finish ends a link after its final frame: it half-closes our end where
 // the conn can (the peer then reads the frame and EOF), waits for the
 // drain to stop (the peer closed its end, or the drain's deadline passed),
 // and closes the conn.
 // Without a half-close (an unbuffered pipe), a completed write means the
-// peer has the bytes, and the conn closes at once.
+// peer has the bytes, and the conn closes at once. A half-close that fails
+// (the peer reset the connection: it had closed, and our final frame
+// reached a closed socket) leaves what the peer sent before in our receive
+// buffer, readable still: the drain gets finishGrace to read it (an Abort
+// there is the peer's last word, see drainedAbort).
 func (l *link) finish() {
-	if l.cw != nil && l.cw.CloseWrite() == nil && l.drained != nil {
+	if l.cw != nil && l.drained != nil {
+		if l.cw.CloseWrite() != nil {
+			_ = l.conn.SetReadDeadline(time.Now().Add(finishGrace))
+		}
 		<-l.drained
 	}
 	_ = l.conn.Close()

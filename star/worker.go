@@ -141,12 +141,12 @@ func (w *worker) barrier() error {
 	return w.exchange(TagBarrierReady, nil, nil, TagBarrierGo)
 }
 
-// shutdown is a worker's graceful end (docs/protocol.md, "Collectives": Shutdown): it half-closes
-// its end (a coordinator still waiting for it in a collective this rank
-// did not call then fails at once, naming it), waits for the coordinator's
-// Shutdown, at most the link's timeout, and closes. Anything else from
-// rank 0 is an error naming it, or, for an Abort, naming the rank the
-// Abort blames.
+// shutdown is a worker's graceful end (docs/protocol.md, "Collectives":
+// Shutdown): it half-closes its end (a coordinator still waiting for it in
+// a collective this rank did not call then fails at once, naming it),
+// waits for the coordinator's Shutdown, at most the link's timeout, and
+// closes. Anything else from rank 0 is an error naming it, or, for an
+// Abort, naming the rank the Abort blames.
 func (w *worker) shutdown() error {
 	l := w.up
 	if l.cw != nil {

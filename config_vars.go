@@ -37,7 +37,7 @@ var variables = []variable{
 		meaning: "timeout of collectives (decimals allowed, > 0, at most a year): a read or write, polled or not, that makes no progress this long declares the peer failed. A worker's `Close` waits at most this long for rank 0's Shutdown. Also TCP_USER_TIMEOUT (capped at its 24.8-day maximum)"},
 	{name: EnvBindAddr, field: "BindAddr", reads: tcpOnly, codec: text(func(c *Config) *string { return &c.BindAddr }),
 		meaning: "address rank 0 listens on: `0.0.0.0` for every IPv4 interface, or one of its addresses (IPv4 or IPv6) to accept connections through that interface only"},
-	{name: EnvConnectTimeoutMS, field: "ConnectTimeout", reads: tcpAndShm, check: rule(func(c Config) bool { return c.ConnectTimeout > 0 }, "must be positive"), codec: wholeDuration(time.Millisecond, 1, math.MaxInt32, "must be a positive number of milliseconds", func(c *Config) *time.Duration { return &c.ConnectTimeout }),
+	{name: EnvConnectTimeoutMS, field: "ConnectTimeout", reads: tcpAndShm, check: rule(func(c Config) bool { return c.ConnectTimeout > 0 }, "must be positive"), codec: wholeDuration(time.Millisecond, 1, math.MaxInt32, "must be a whole number of milliseconds in 1..2147483647", func(c *Config) *time.Duration { return &c.ConnectTimeout }),
 		meaning: "start-up bound (1..2147483647): rank 0's wait for every worker, and a worker's connect retries; rank 0 answers every worker at once when all have joined (or names the missing rank), so a worker waits for that answer up to this long after it registered (plus min(half of it, 500 ms)). `shm`: how long a rank waits for every rank to join the segment"},
 	{name: EnvShmName, field: "ShmName", reads: shmOnly, need: requiredByShm, check: shmNameOK, codec: shmName,
 		meaning: "selects the shm backend under `auto`, and names its segment, `/dev/shm/starcomm-NAME`: letters, digits, `-` and `_`, at most 200; every rank of a job gives the same name, and no two live jobs may (a second one is refused). Rank and size come from `COBRE_TCP_RANK` and `COBRE_TCP_SIZE`. See \"The shm backend\""},
@@ -299,9 +299,13 @@ func wholeDuration(unit time.Duration, lo, hi int64, allowed string, f func(*Con
 	}
 }
 
+// parseWhole parses an integer in lo..hi; allowed says what is allowed.
+// An integer too large for int64 is out of range, not "not an integer".
 func parseWhole(v string, lo, hi int64, allowed string) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return 0, notAllowed(allowed)
 	case err != nil:
 		return 0, notAllowed("not an integer; " + allowed)
 	case n < lo || n > hi:

@@ -6,10 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -791,4 +796,84 @@ func TestConfigREADMETable(t *testing.T) {
 	if !assert.Equal(t, want, table, "README.md's configuration table, row for row, vs the table of variables") {
 		t.Logf("generated rows:\n%s", starcomm.ConfigMarkdown())
 	}
+}
+
+// TestNewRecordsStartupFailure: a start-up that fails before the backend
+// runs (a setting the tcp transport refuses, rank 0's listen failing, a
+// Config Validate refuses) is recorded in the error file, blaming this
+// rank, with the message New returns; so a launcher can name the rank and
+// what went wrong.
+func TestNewRecordsStartupFailure(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer held.Close()
+	port := held.Addr().(*net.TCPAddr).Port
+	tcpCfg := func(rank int, f func(*starcomm.Config)) starcomm.Config {
+		c := starcomm.DefaultConfig()
+		c.Backend, c.Rank, c.Size, c.Coordinator, c.BindAddr = "tcp", rank, 2, "127.0.0.1", "127.0.0.1"
+		f(&c)
+		return c
+	}
+	cases := []struct {
+		name string
+		cfg  starcomm.Config
+		is   func(error) bool
+		msg  string // a fragment of the message
+	}{
+		{"rank=0/listen=address-in-use", tcpCfg(0, func(c *starcomm.Config) { c.Port = port }),
+			func(err error) bool { var a *tcp.AddrInUseError; return errors.As(err, &a) }, "127.0.0.1:" + strconv.Itoa(port)},
+		{"rank=1/bind-address-with-port", tcpCfg(1, func(c *starcomm.Config) { c.BindAddr = "127.0.0.1:80" }),
+			func(err error) bool { var ce *tcp.ConfigError; return errors.As(err, &ce) }, "BindAddr"},
+		{"rank=1/bind-address-with-port/from-slurm", tcpCfg(1, func(c *starcomm.Config) { c.BindAddr, c.RankFrom = "127.0.0.1:80", "SLURM_PROCID, SLURM_NTASKS" }),
+			func(err error) bool { var ce *tcp.ConfigError; return errors.As(err, &ce) }, "rank 1 of 2 from SLURM_PROCID, SLURM_NTASKS: "},
+		{"rank=1/invalid-config", tcpCfg(1, func(c *starcomm.Config) { c.Liveness = 5 }),
+			func(err error) bool { var ic *starcomm.InvalidConfigurationError; return errors.As(err, &ic) }, `Liveness="5ns"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.ErrorFile = filepath.Join(t.TempDir(), "rank.json")
+			_, err := starcomm.New(context.Background(), tc.cfg)
+			require.Error(t, err)
+			assert.True(t, tc.is(err), "%T: %v", err, err)
+			rec, rerr := errfile.Read(tc.cfg.ErrorFile)
+			require.NoError(t, rerr, "no error record")
+			assert.Equal(t, tc.cfg.Rank, rec.Rank)
+			assert.Equal(t, tc.cfg.Rank, rec.Blamed, "the record blames this rank")
+			assert.Equal(t, 2, rec.Size)
+			assert.Equal(t, star.OpStartup, rec.Op)
+			assert.Equal(t, err.Error(), rec.Message)
+			assert.Contains(t, rec.Message, tc.msg)
+		})
+	}
+}
+
+// TestStarrunNamesRankFailingStartup: a real 2-rank job under starrun
+// whose rank 0 cannot listen (the test holds its port): rank 0's FromEnv
+// records the failure in its COBRE_ERROR_FILE, so starrun names rank 0
+// and quotes its error, rather than "no rank left an error record".
+func TestStarrunNamesRankFailingStartup(t *testing.T) {
+	skipUnlessChaos(t)
+	bin := starrunPath(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer held.Close()
+	port := strconv.Itoa(held.Addr().(*net.TCPAddr).Port)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// --settle 0: rank 1, waiting for rank 0 at the held port, is stopped
+	// at once.
+	cmd := exec.CommandContext(ctx, bin, "-n", "2", "--port", port, "--bind", "127.0.0.1", "--settle", "0", "--", self)
+	cmd.Env = append(launcherFreeEnv(), envLauncherChild+"=1", "GORACE=atexit_sleep_ms=0")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee), "starrun: %v\n%s", err, stderr.String())
+	assert.Equal(t, 1, ee.ExitCode(), "starrun's exit code: rank 0's\n%s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	last := lines[len(lines)-1]
+	want := regexp.MustCompile(`^starrun: rank 0 \(pid \d+\) exited with code 1: root cause \(its error: "comm: .*127\.0\.0\.1:` + port + `.*"\)$`)
+	assert.Regexp(t, want, last, "the last line\n%s", stderr.String())
 }

@@ -110,7 +110,8 @@ type Config struct {
 	RankFrom string
 	// Timeout bounds every read and write of a collective and detects
 	// crashed, hung and cut-off ranks (COBRE_TCP_TIMEOUT_SECS, default
-	// star.DefaultConfig's, 60 s).
+	// star.DefaultConfig's, 60 s). At least 1 ms, the tcp transport's
+	// least (the variable: 1 ms to a year).
 	Timeout time.Duration
 	// BindAddr is the address rank 0 listens on (COBRE_TCP_BIND_ADDR,
 	// default tcp.DefaultConfig's, 0.0.0.0).
@@ -124,7 +125,8 @@ type Config struct {
 	ShmName string
 	// ShmTimeout is the shm backend's timeout: a rank that waits this long
 	// for a peer that makes no progress declares it hung
-	// (COBRE_SHM_TIMEOUT_SECS, default shm.DefaultTimeout, 60 s).
+	// (COBRE_SHM_TIMEOUT_SECS, default shm.DefaultTimeout, 60 s). At
+	// least 1 ms, as Timeout (the variable: 1 ms to a year).
 	ShmTimeout time.Duration
 	// Spin is how long a rank polls its TCP links for a small frame before
 	// it parks (COBRE_TCP_SPIN_US, default star.DefaultConfig's, 100 µs;
@@ -137,8 +139,9 @@ type Config struct {
 	// Liveness is the control session's liveness timeout: a rank silent
 	// this long (a frozen process, a dead host, a cut link) is declared
 	// dead, however long Timeout is (COBRE_TCP_LIVENESS_SECS, default
-	// star.DefaultConfig's, 10 s; 0 turns the control session off). See
-	// star.Config.Liveness.
+	// star.DefaultConfig's, 10 s; 0 turns the control session off). Else
+	// at least 10 ms: heartbeats go every tenth of it (the variable: 10 ms
+	// to a year). See star.Config.Liveness.
 	Liveness time.Duration
 	// Log is the level of the library's log on standard error: off (the
 	// default), error, warn, info or debug (COBRE_LOG). Logger, when set,

@@ -5,10 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,11 +114,14 @@ func TestConfigBadValues(t *testing.T) {
 		{"port zero", "COBRE_TCP_PORT", "0", "1..65535"},
 		{"port too large", "COBRE_TCP_PORT", "65536", "1..65535"},
 		{"port not a number", "COBRE_TCP_PORT", "http", "not an integer"},
-		{"timeout zero", "COBRE_TCP_TIMEOUT_SECS", "0", "positive"},
-		{"timeout negative", "COBRE_TCP_TIMEOUT_SECS", "-5", "positive"},
+		{"timeout zero", "COBRE_TCP_TIMEOUT_SECS", "0", "0.001..31536000"},
+		{"timeout negative", "COBRE_TCP_TIMEOUT_SECS", "-5", "0.001..31536000"},
 		{"timeout not a number", "COBRE_TCP_TIMEOUT_SECS", "soon", "not a number"},
 		{"timeout NaN", "COBRE_TCP_TIMEOUT_SECS", "NaN", "not a number"},
-		{"connect timeout zero", "COBRE_TCP_CONNECT_TIMEOUT_MS", "0", "positive"},
+		{"connect timeout zero", "COBRE_TCP_CONNECT_TIMEOUT_MS", "0", "1..2147483647"},
+		{"connect timeout max int64", "COBRE_TCP_CONNECT_TIMEOUT_MS", "9223372036854775807", "must be a whole number of milliseconds in 1..2147483647"},
+		{"connect timeout beyond int64", "COBRE_TCP_CONNECT_TIMEOUT_MS", "99999999999999999999", "must be a whole number of milliseconds in 1..2147483647"},
+		{"connect timeout beyond int32", "COBRE_TCP_CONNECT_TIMEOUT_MS", "2147483648", "must be a whole number of milliseconds in 1..2147483647"},
 		{"connect timeout not a number", "COBRE_TCP_CONNECT_TIMEOUT_MS", "1s", "not an integer"},
 		{"spin negative", "COBRE_TCP_SPIN_US", "-1", "0..1000000"},
 		{"spin not a number", "COBRE_TCP_SPIN_US", "fast", "not an integer"},
@@ -137,6 +146,108 @@ func TestConfigBadValues(t *testing.T) {
 	_, err := starcomm.ConfigFromLookup(lookup(env))
 	assert.ErrorContains(t, err, "COBRE_TCP_PORT")
 	assert.ErrorContains(t, err, "COBRE_TCP_TIMEOUT_SECS")
+}
+
+// TestConfigDurationBounds: every duration variable is refused, at parse
+// time, outside the range its row states, with an
+// *InvalidConfigurationError naming the variable, the value as given and
+// the range: a liveness timeout so short that the heartbeat ticker panics
+// (under 10 ns) or that becomes 0, off (under 1 ns); a collective timeout
+// that becomes 0s, or that the tcp transport refuses at start-up (under
+// 1 ms); a connect timeout too large for an int32 of milliseconds.
+func TestConfigDurationBounds(t *testing.T) {
+	tcpEnv := map[string]string{"COBRE_TCP_COORDINATOR": "h", "COBRE_TCP_RANK": "1", "COBRE_TCP_SIZE": "4"}
+	shmEnv := map[string]string{"COBRE_SHM_NAME": "seg", "COBRE_TCP_RANK": "1", "COBRE_TCP_SIZE": "4"}
+	const (
+		timeoutRange  = "must be a number of seconds in 0.001..31536000 (1 ms to a year)"
+		livenessRange = "must be 0 (off) or a number of seconds in 0.01..31536000 (10 ms to a year)"
+		connectRange  = "must be a whole number of milliseconds in 1..2147483647"
+	)
+	refused := []struct {
+		base        map[string]string
+		name, value string
+		allowed     string
+	}{
+		{tcpEnv, "COBRE_TCP_LIVENESS_SECS", "1e-9", livenessRange},
+		{tcpEnv, "COBRE_TCP_LIVENESS_SECS", "1e-12", livenessRange},
+		{tcpEnv, "COBRE_TCP_LIVENESS_SECS", "0.009", livenessRange},
+		{tcpEnv, "COBRE_TCP_LIVENESS_SECS", "-1", livenessRange},
+		{tcpEnv, "COBRE_TCP_LIVENESS_SECS", "31536001", livenessRange},
+		{tcpEnv, "COBRE_TCP_LIVENESS_SECS", "soon", "not a number; " + livenessRange},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "1e-12", timeoutRange},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "1e-6", timeoutRange},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "0.0009", timeoutRange},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "1e-400", timeoutRange},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "31536000.5", timeoutRange},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "1e400", timeoutRange},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "+Inf", timeoutRange},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "NaN", "not a number; " + timeoutRange},
+		{shmEnv, "COBRE_SHM_TIMEOUT_SECS", "1e-12", timeoutRange},
+		{shmEnv, "COBRE_SHM_TIMEOUT_SECS", "0.0005", timeoutRange},
+		{shmEnv, "COBRE_SHM_TIMEOUT_SECS", "0", timeoutRange},
+		{shmEnv, "COBRE_SHM_TIMEOUT_SECS", "4e7", timeoutRange},
+		{tcpEnv, "COBRE_TCP_CONNECT_TIMEOUT_MS", "9223372036854775807", connectRange},
+		{tcpEnv, "COBRE_TCP_CONNECT_TIMEOUT_MS", "99999999999999999999", connectRange},
+		{tcpEnv, "COBRE_TCP_CONNECT_TIMEOUT_MS", "2147483648", connectRange},
+		{tcpEnv, "COBRE_TCP_CONNECT_TIMEOUT_MS", "-1", connectRange},
+		{tcpEnv, "COBRE_TCP_CONNECT_TIMEOUT_MS", "0.5", "not an integer; " + connectRange},
+		{shmEnv, "COBRE_TCP_CONNECT_TIMEOUT_MS", "-5", connectRange},
+	}
+	for _, tc := range refused {
+		t.Run("refused/"+tc.name+"="+tc.value, func(t *testing.T) {
+			env := maps.Clone(tc.base)
+			env[tc.name] = tc.value
+			_, err := starcomm.ConfigFromLookup(lookup(env))
+			var ic *starcomm.InvalidConfigurationError
+			require.ErrorAs(t, err, &ic)
+			assert.EqualError(t, err, fmt.Sprintf("starcomm: invalid %s=%q: %s", tc.name, tc.value, tc.allowed))
+		})
+	}
+	accepted := []struct {
+		base        map[string]string
+		name, value string
+		field       func(starcomm.Config) time.Duration
+		want        time.Duration
+	}{
+		{tcpEnv, "COBRE_TCP_LIVENESS_SECS", "0.01", func(c starcomm.Config) time.Duration { return c.Liveness }, 10 * time.Millisecond},
+		{tcpEnv, "COBRE_TCP_LIVENESS_SECS", "0", func(c starcomm.Config) time.Duration { return c.Liveness }, 0},
+		{tcpEnv, "COBRE_TCP_LIVENESS_SECS", "0.0", func(c starcomm.Config) time.Duration { return c.Liveness }, 0},
+		{tcpEnv, "COBRE_TCP_LIVENESS_SECS", "31536000", func(c starcomm.Config) time.Duration { return c.Liveness }, 365 * 24 * time.Hour},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "0.001", func(c starcomm.Config) time.Duration { return c.Timeout }, time.Millisecond},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "1e-3", func(c starcomm.Config) time.Duration { return c.Timeout }, time.Millisecond},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "0.0015", func(c starcomm.Config) time.Duration { return c.Timeout }, 1500 * time.Microsecond},
+		{tcpEnv, "COBRE_TCP_TIMEOUT_SECS", "31536000", func(c starcomm.Config) time.Duration { return c.Timeout }, 365 * 24 * time.Hour},
+		{shmEnv, "COBRE_SHM_TIMEOUT_SECS", "0.001", func(c starcomm.Config) time.Duration { return c.ShmTimeout }, time.Millisecond},
+		{tcpEnv, "COBRE_TCP_CONNECT_TIMEOUT_MS", "1", func(c starcomm.Config) time.Duration { return c.ConnectTimeout }, time.Millisecond},
+		{tcpEnv, "COBRE_TCP_CONNECT_TIMEOUT_MS", "2147483647", func(c starcomm.Config) time.Duration { return c.ConnectTimeout }, 2147483647 * time.Millisecond},
+	}
+	for _, tc := range accepted {
+		t.Run("accepted/"+tc.name+"="+tc.value, func(t *testing.T) {
+			env := maps.Clone(tc.base)
+			env[tc.name] = tc.value
+			cfg, err := starcomm.ConfigFromLookup(lookup(env))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, tc.field(cfg))
+			require.NoError(t, cfg.Validate())
+		})
+	}
+}
+
+// TestConfigLeastTimeoutStarts: the least collective timeout the parser
+// accepts is one the tcp transport accepts too: New starts with it (a
+// size-1 tcp communicator, which validates the transport's configuration
+// and opens no socket), and the tcp transport refuses anything shorter,
+// which the parser therefore refuses.
+func TestConfigLeastTimeoutStarts(t *testing.T) {
+	cfg, err := starcomm.ConfigFromLookup(lookup(map[string]string{"COBRE_COMM_BACKEND": "tcp", "COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "1",
+		"COBRE_TCP_TIMEOUT_SECS": "0.001", "COBRE_TCP_CONNECT_TIMEOUT_MS": "1", "COBRE_TCP_LIVENESS_SECS": "0.01"}))
+	require.NoError(t, err)
+	c, err := starcomm.New(context.Background(), cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	tc := tcp.DefaultConfig()
+	tc.Timeout = cfg.Timeout - 1
+	assert.Error(t, tc.Validate(), "the tcp transport's least Timeout is no longer 1 ms: change minTimeout")
 }
 
 func TestBackendSelection(t *testing.T) {
@@ -398,6 +509,16 @@ func TestConfigValidateRules(t *testing.T) {
 			c.Backend, c.Port, c.Timeout, c.ConnectTimeout, c.Spin = "tcp", -1, 0, -time.Second, -1
 		}), "tcp", []string{"Port", "Timeout", "ConnectTimeout", "Spin"}, ""},
 		{"Backend=tcp,Spin=0", with(func(c *starcomm.Config) { c.Backend, c.Spin = "tcp", 0 }), "tcp", nil, ""},
+		{"Backend=tcp,Timeout=999us", with(func(c *starcomm.Config) { c.Backend, c.Timeout = "tcp", 999*time.Microsecond }), "tcp", []string{"Timeout"},
+			`starcomm: invalid Timeout="999µs": must be at least 1ms`},
+		{"Backend=tcp,Timeout=1ms", with(func(c *starcomm.Config) { c.Backend, c.Timeout = "tcp", time.Millisecond }), "tcp", nil, ""},
+		{"Backend=tcp,Liveness=9ns", with(func(c *starcomm.Config) { c.Backend, c.Liveness = "tcp", 9 }), "tcp", []string{"Liveness"},
+			`starcomm: invalid Liveness="9ns": must be 0 (off) or at least 10ms`},
+		{"Backend=tcp,Liveness=-1s", with(func(c *starcomm.Config) { c.Backend, c.Liveness = "tcp", -time.Second }), "tcp", []string{"Liveness"}, ""},
+		{"Backend=tcp,Liveness=0", with(func(c *starcomm.Config) { c.Backend, c.Liveness = "tcp", 0 }), "tcp", nil, ""},
+		{"Backend=tcp,Liveness=10ms", with(func(c *starcomm.Config) { c.Backend, c.Liveness = "tcp", 10*time.Millisecond }), "tcp", nil, ""},
+		{"ShmName=seg,ShmTimeout=1ns", with(func(c *starcomm.Config) { c.ShmName, c.ShmTimeout = "seg", 1 }), "shm", []string{"ShmTimeout"},
+			`starcomm: invalid ShmTimeout="1ns": must be at least 1ms`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -675,4 +796,84 @@ func TestConfigREADMETable(t *testing.T) {
 	if !assert.Equal(t, want, table, "README.md's configuration table, row for row, vs the table of variables") {
 		t.Logf("generated rows:\n%s", starcomm.ConfigMarkdown())
 	}
+}
+
+// TestNewRecordsStartupFailure: a start-up that fails before the backend
+// runs (a setting the tcp transport refuses, rank 0's listen failing, a
+// Config Validate refuses) is recorded in the error file, blaming this
+// rank, with the message New returns; so a launcher can name the rank and
+// what went wrong.
+func TestNewRecordsStartupFailure(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer held.Close()
+	port := held.Addr().(*net.TCPAddr).Port
+	tcpCfg := func(rank int, f func(*starcomm.Config)) starcomm.Config {
+		c := starcomm.DefaultConfig()
+		c.Backend, c.Rank, c.Size, c.Coordinator, c.BindAddr = "tcp", rank, 2, "127.0.0.1", "127.0.0.1"
+		f(&c)
+		return c
+	}
+	cases := []struct {
+		name string
+		cfg  starcomm.Config
+		is   func(error) bool
+		msg  string // a fragment of the message
+	}{
+		{"rank=0/listen=address-in-use", tcpCfg(0, func(c *starcomm.Config) { c.Port = port }),
+			func(err error) bool { var a *tcp.AddrInUseError; return errors.As(err, &a) }, "127.0.0.1:" + strconv.Itoa(port)},
+		{"rank=1/bind-address-with-port", tcpCfg(1, func(c *starcomm.Config) { c.BindAddr = "127.0.0.1:80" }),
+			func(err error) bool { var ce *tcp.ConfigError; return errors.As(err, &ce) }, "BindAddr"},
+		{"rank=1/bind-address-with-port/from-slurm", tcpCfg(1, func(c *starcomm.Config) { c.BindAddr, c.RankFrom = "127.0.0.1:80", "SLURM_PROCID, SLURM_NTASKS" }),
+			func(err error) bool { var ce *tcp.ConfigError; return errors.As(err, &ce) }, "rank 1 of 2 from SLURM_PROCID, SLURM_NTASKS: "},
+		{"rank=1/invalid-config", tcpCfg(1, func(c *starcomm.Config) { c.Liveness = 5 }),
+			func(err error) bool { var ic *starcomm.InvalidConfigurationError; return errors.As(err, &ic) }, `Liveness="5ns"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.ErrorFile = filepath.Join(t.TempDir(), "rank.json")
+			_, err := starcomm.New(context.Background(), tc.cfg)
+			require.Error(t, err)
+			assert.True(t, tc.is(err), "%T: %v", err, err)
+			rec, rerr := errfile.Read(tc.cfg.ErrorFile)
+			require.NoError(t, rerr, "no error record")
+			assert.Equal(t, tc.cfg.Rank, rec.Rank)
+			assert.Equal(t, tc.cfg.Rank, rec.Blamed, "the record blames this rank")
+			assert.Equal(t, 2, rec.Size)
+			assert.Equal(t, star.OpStartup, rec.Op)
+			assert.Equal(t, err.Error(), rec.Message)
+			assert.Contains(t, rec.Message, tc.msg)
+		})
+	}
+}
+
+// TestStarrunNamesRankFailingStartup: a real 2-rank job under starrun
+// whose rank 0 cannot listen (the test holds its port): rank 0's FromEnv
+// records the failure in its COBRE_ERROR_FILE, so starrun names rank 0
+// and quotes its error, rather than "no rank left an error record".
+func TestStarrunNamesRankFailingStartup(t *testing.T) {
+	skipUnlessChaos(t)
+	bin := starrunPath(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer held.Close()
+	port := strconv.Itoa(held.Addr().(*net.TCPAddr).Port)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// --settle 0: rank 1, waiting for rank 0 at the held port, is stopped
+	// at once.
+	cmd := exec.CommandContext(ctx, bin, "-n", "2", "--port", port, "--bind", "127.0.0.1", "--settle", "0", "--", self)
+	cmd.Env = append(launcherFreeEnv(), envLauncherChild+"=1", "GORACE=atexit_sleep_ms=0")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee), "starrun: %v\n%s", err, stderr.String())
+	assert.Equal(t, 1, ee.ExitCode(), "starrun's exit code: rank 0's\n%s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	last := lines[len(lines)-1]
+	want := regexp.MustCompile(`^starrun: rank 0 \(pid \d+\) exited with code 1: root cause \(its error: "comm: .*127\.0\.0\.1:` + port + `.*"\)$`)
+	assert.Regexp(t, want, last, "the last line\n%s", stderr.String())
 }

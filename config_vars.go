@@ -33,20 +33,20 @@ var variables = []variable{
 		meaning: "this process's rank, 0..size-1; 0 is the coordinator (`tcp`) or the leader of shared-memory regions (`shm`). Unset: the rank and size of the launcher that started the process (`OMPI_COMM_WORLD_RANK`, `SLURM_PROCID`, `JOB_COMPLETION_INDEX`; see \"Rank and size from Slurm, Kubernetes or mpirun\")"},
 	{name: EnvSize, field: "Size", reads: ranked, need: requiredByRanked, check: sizeAtLeast1, codec: whole(1, math.MaxInt32, "must be an integer >= 1", func(c *Config) *int { return &c.Size }),
 		meaning: "number of ranks, >= 1, the same on every rank; at most 1048576 (`tcp`) or 32768 (`shm`)"},
-	{name: EnvTimeoutSecs, field: "Timeout", reads: tcpOnly, check: rule(func(c Config) bool { return c.Timeout > 0 }, "must be positive"), codec: seconds(func(c *Config) *time.Duration { return &c.Timeout }),
-		meaning: "timeout of collectives (decimals allowed, > 0, at most a year): a read or write, polled or not, that makes no progress this long declares the peer failed. A worker's `Close` waits at most this long for rank 0's Shutdown. Also TCP_USER_TIMEOUT (capped at its 24.8-day maximum)"},
+	{name: EnvTimeoutSecs, field: "Timeout", reads: tcpOnly, check: atLeast(func(c Config) time.Duration { return c.Timeout }, minTimeout), codec: seconds(minTimeout, func(c *Config) *time.Duration { return &c.Timeout }),
+		meaning: "timeout of collectives, in seconds (decimals allowed, 0.001..31536000: 1 ms to a year): a read or write, polled or not, that makes no progress this long declares the peer failed. A worker's `Close` waits at most this long for rank 0's Shutdown. Also TCP_USER_TIMEOUT (capped at its 24.8-day maximum)"},
 	{name: EnvBindAddr, field: "BindAddr", reads: tcpOnly, codec: text(func(c *Config) *string { return &c.BindAddr }),
 		meaning: "address rank 0 listens on: `0.0.0.0` for every IPv4 interface, or one of its addresses (IPv4 or IPv6) to accept connections through that interface only"},
-	{name: EnvConnectTimeoutMS, field: "ConnectTimeout", reads: tcpAndShm, check: rule(func(c Config) bool { return c.ConnectTimeout > 0 }, "must be positive"), codec: wholeDuration(time.Millisecond, 1, math.MaxInt32, "must be a positive number of milliseconds", func(c *Config) *time.Duration { return &c.ConnectTimeout }),
+	{name: EnvConnectTimeoutMS, field: "ConnectTimeout", reads: tcpAndShm, check: rule(func(c Config) bool { return c.ConnectTimeout > 0 }, "must be positive"), codec: wholeDuration(time.Millisecond, 1, math.MaxInt32, "must be a whole number of milliseconds in 1..2147483647", func(c *Config) *time.Duration { return &c.ConnectTimeout }),
 		meaning: "start-up bound (1..2147483647): rank 0's wait for every worker, and a worker's connect retries; rank 0 answers every worker at once when all have joined (or names the missing rank), so a worker waits for that answer up to this long after it registered (plus min(half of it, 500 ms)). `shm`: how long a rank waits for every rank to join the segment"},
 	{name: EnvShmName, field: "ShmName", reads: shmOnly, need: requiredByShm, check: shmNameOK, codec: shmName,
 		meaning: "selects the shm backend under `auto`, and names its segment, `/dev/shm/starcomm-NAME`: letters, digits, `-` and `_`, at most 200; every rank of a job gives the same name, and no two live jobs may (a second one is refused). Rank and size come from `COBRE_TCP_RANK` and `COBRE_TCP_SIZE`. See \"The shm backend\""},
-	{name: EnvShmTimeoutSecs, field: "ShmTimeout", reads: shmOnly, check: rule(func(c Config) bool { return c.ShmTimeout > 0 }, "must be positive"), codec: seconds(func(c *Config) *time.Duration { return &c.ShmTimeout }),
-		meaning: "the shm backend's timeout (decimals allowed, > 0, at most a year): a rank that waits this long for a peer whose progress does not move declares the least advanced peer hung; a dead process is noticed at once, without it"},
+	{name: EnvShmTimeoutSecs, field: "ShmTimeout", reads: shmOnly, check: atLeast(func(c Config) time.Duration { return c.ShmTimeout }, minTimeout), codec: seconds(minTimeout, func(c *Config) *time.Duration { return &c.ShmTimeout }),
+		meaning: "the shm backend's timeout, in seconds (decimals allowed, 0.001..31536000: 1 ms to a year): a rank that waits this long for a peer whose progress does not move declares the least advanced peer hung; a dead process is noticed at once, without it"},
 	{name: EnvSpinUS, field: "Spin", reads: tcpOnly, check: rule(func(c Config) bool { return c.Spin >= 0 }, "must be zero (no polling) or positive"), codec: wholeDuration(time.Microsecond, 0, 1_000_000, "must be a number of microseconds in 0..1000000 (0: no polling)", func(c *Config) *time.Duration { return &c.Spin }),
 		meaning: "starcomm's addition: microseconds a rank polls its TCP links for a small frame (payload <= 256 KiB) before it parks, 0..1000000; 0 turns polling off. See \"Performance\""},
-	{name: EnvLivenessSecs, field: "Liveness", reads: tcpOnly, check: rule(func(c Config) bool { return c.Liveness >= 0 }, "must be zero (off) or positive"), codec: secondsOrOff(func(c *Config) *time.Duration { return &c.Liveness }),
-		meaning: "starcomm's addition: the liveness timeout, in seconds (decimals allowed, at most a year; 0 turns the control session off). Each worker keeps a control session (over smux) beside its data link, with heartbeats every tenth of this; a rank silent this long (a frozen process, a dead host, a cut link) is declared dead and every rank's current or next collective fails naming it, however long `COBRE_TCP_TIMEOUT_SECS` is. See \"Liveness and debugging\""},
+	{name: EnvLivenessSecs, field: "Liveness", reads: tcpOnly, check: livenessOK, codec: secondsOrOff(minLiveness, func(c *Config) *time.Duration { return &c.Liveness }),
+		meaning: "starcomm's addition: the liveness timeout, in seconds (decimals allowed, 0.01..31536000: 10 ms to a year; 0 turns the control session off). Each worker keeps a control session (over smux) beside its data link, with heartbeats every tenth of this; a rank silent this long (a frozen process, a dead host, a cut link) is declared dead and every rank's current or next collective fails naming it, however long `COBRE_TCP_TIMEOUT_SECS` is. See \"Liveness and debugging\""},
 	{name: EnvTLSCert, field: "TLSCert", reads: tcpOnly, codec: text(func(c *Config) *string { return &c.TLSCert }),
 		meaning: "starcomm's addition: PEM file of this rank's certificate (chain). With `COBRE_TCP_TLS_KEY` and `COBRE_TCP_TLS_CA` (all three or none) every connection is TLS 1.3 with mutual authentication; rank 0's certificate must be valid for the name in `COBRE_TCP_COORDINATOR`. See \"TLS\""},
 	{name: EnvTLSKey, field: "TLSKey", reads: tcpOnly, codec: text(func(c *Config) *string { return &c.TLSKey }),
@@ -299,9 +299,13 @@ func wholeDuration(unit time.Duration, lo, hi int64, allowed string, f func(*Con
 	}
 }
 
+// parseWhole parses an integer in lo..hi; allowed says what is allowed.
+// An integer too large for int64 is out of range, not "not an integer".
 func parseWhole(v string, lo, hi int64, allowed string) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return 0, notAllowed(allowed)
 	case err != nil:
 		return 0, notAllowed("not an integer; " + allowed)
 	case n < lo || n > hi:
@@ -310,42 +314,86 @@ func parseWhole(v string, lo, hi int64, allowed string) (int64, error) {
 	return n, nil
 }
 
-// seconds is a positive number of seconds, decimals allowed, up to a year.
-func seconds(f func(*Config) *time.Duration) codec {
+// Bounds of the variables in seconds. The parser enforces both ends;
+// Validate, for a Config built in Go, the lower ones, which are what the
+// backends need.
+const (
+	// minTimeout is the least collective timeout (COBRE_TCP_TIMEOUT_SECS,
+	// COBRE_SHM_TIMEOUT_SECS): the tcp transport's least Timeout, as
+	// TCP_USER_TIMEOUT counts whole milliseconds (tcp.Config.Validate).
+	// A shorter one would pass here and fail start-up, and one under a
+	// nanosecond would become 0, which star and shm read as "the default".
+	minTimeout = time.Millisecond
+	// minLiveness is the least liveness timeout but 0 (off)
+	// (COBRE_TCP_LIVENESS_SECS). Each end of a control session writes a
+	// heartbeat every tenth of it, on a ticker that needs a positive
+	// period; 10 ms keeps that period at 1 ms or more, and a shorter
+	// timeout would declare dead a rank that a scheduling delay or a
+	// garbage collection pause held up.
+	minLiveness = 10 * time.Millisecond
+	// maxSeconds is the largest value of a variable in seconds: a year.
+	maxSeconds = 365 * 24 * time.Hour
+)
+
+// secondsRange writes the range lo..maxSeconds in seconds, and in words:
+// "0.001..31536000 (1 ms to a year)".
+func secondsRange(lo time.Duration) string {
+	return fmt.Sprintf("%s..%s (%d ms to a year)", formatSeconds(lo), formatSeconds(maxSeconds), lo.Milliseconds())
+}
+
+// formatSeconds writes d as a number of seconds, as the variables take it.
+func formatSeconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+}
+
+// parseSeconds parses a number of seconds, decimals allowed, in
+// lo..maxSeconds, rounded to the nanosecond, or returns a notAllowed that
+// says so (allowed, after "not a number; " for what is not one).
+func parseSeconds(v string, lo time.Duration, allowed string) (time.Duration, error) {
+	secs, err := strconv.ParseFloat(v, 64)
+	switch {
+	case (err != nil && !errors.Is(err, strconv.ErrRange)) || math.IsNaN(secs):
+		return 0, notAllowed("not a number; " + allowed)
+	// Compared as seconds, before the conversion: a huge value does not
+	// fit a Duration.
+	case err != nil || secs < lo.Seconds() || secs > maxSeconds.Seconds():
+		return 0, notAllowed(allowed)
+	}
+	return time.Duration(math.Round(secs * float64(time.Second))), nil
+}
+
+// seconds is a number of seconds, decimals allowed, from lo to a year.
+func seconds(lo time.Duration, f func(*Config) *time.Duration) codec {
+	allowed := "must be a number of seconds in " + secondsRange(lo)
 	return codec{
 		parse: func(c *Config, v string) error {
-			secs, err := strconv.ParseFloat(v, 64)
-			switch {
-			case err != nil || math.IsNaN(secs) || math.IsInf(secs, 0):
-				return notAllowed("not a number; must be a positive number of seconds")
-			case secs <= 0:
-				return notAllowed("must be a positive number of seconds")
-			case secs > 24*3600*365:
-				return notAllowed("must be at most one year")
+			d, err := parseSeconds(v, lo, allowed)
+			if err == nil {
+				*f(c) = d
 			}
-			*f(c) = time.Duration(secs * float64(time.Second))
-			return nil
+			return err
 		},
-		show: func(c Config) string { return strconv.FormatFloat(f(&c).Seconds(), 'f', -1, 64) },
+		show: func(c Config) string { return formatSeconds(*f(&c)) },
 	}
 }
 
-// secondsOrOff is a number of seconds, decimals allowed, up to a year, or 0
-// for off.
-func secondsOrOff(f func(*Config) *time.Duration) codec {
-	on := seconds(f)
+// secondsOrOff is 0, for off, or a number of seconds, decimals allowed,
+// from lo to a year.
+func secondsOrOff(lo time.Duration, f func(*Config) *time.Duration) codec {
+	allowed := "must be 0 (off) or a number of seconds in " + secondsRange(lo)
 	return codec{
 		parse: func(c *Config, v string) error {
 			if secs, err := strconv.ParseFloat(v, 64); err == nil && secs == 0 {
 				*f(c) = 0
 				return nil
 			}
-			if err := on.parse(c, v); err != nil {
-				return notAllowed(string(err.(notAllowed)) + " (0 turns it off)")
+			d, err := parseSeconds(v, lo, allowed)
+			if err == nil {
+				*f(c) = d
 			}
-			return nil
+			return err
 		},
-		show: on.show,
+		show: func(c Config) string { return formatSeconds(*f(&c)) },
 	}
 }
 
@@ -429,6 +477,25 @@ func portInRange(_ string, c Config) string {
 func sizeAtLeast1(b string, c Config) string {
 	if c.Size < 0 || (c.Size == 0 && b == BackendTCP) {
 		return "must be at least 1"
+	}
+	return ""
+}
+
+// atLeast checks that a duration field is at least lo, the bound its
+// variable's parser enforces (a Config built in Go has no upper bound).
+func atLeast(field func(Config) time.Duration, lo time.Duration) func(string, Config) string {
+	return func(_ string, c Config) string {
+		if field(c) < lo {
+			return "must be at least " + lo.String()
+		}
+		return ""
+	}
+}
+
+// livenessOK: Liveness is 0 (off) or at least minLiveness.
+func livenessOK(_ string, c Config) string {
+	if c.Liveness != 0 && c.Liveness < minLiveness {
+		return "must be 0 (off) or at least " + minLiveness.String()
 	}
 	return ""
 }

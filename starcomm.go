@@ -20,9 +20,9 @@ import (
 
 // FromEnv builds this process's communicator from the COBRE_* environment
 // variables: the one call a program makes at start-up. See ConfigFromEnv
-// for the configuration errors and New for the start-up errors. A
-// configuration error is recorded in COBRE_ERROR_FILE (when set) like any
-// other failure of this rank.
+// for the configuration errors and New for the start-up errors. Either is
+// recorded in COBRE_ERROR_FILE (when set) like any other failure of this
+// rank, so that the launcher names this rank and the error.
 func FromEnv(ctx context.Context) (comm.Communicator, error) {
 	cfg, err := ConfigFromEnv()
 	if err != nil {
@@ -63,7 +63,22 @@ func recordFailure(path string, f star.Failure, size int) {
 // a failed start-up is a *comm.InitializationFailedError, whose message
 // names cfg.RankFrom when a launcher's variables gave the rank ("rank 2 of
 // 4 from SLURM_PROCID, SLURM_NTASKS: ...").
+//
+// Whatever the error, New records it in cfg.ErrorFile (when set) before
+// it returns, as the rank's start-up failure: the backend's own record
+// when it made one (naming the rank at fault), else one that blames this
+// rank, unless the error names another (a start-up Abort from rank 0).
 func New(ctx context.Context, cfg Config) (comm.Communicator, error) {
+	c, err := start(ctx, cfg)
+	if err != nil {
+		// A record the backend wrote first stays: the first one wins.
+		recordFailure(cfg.ErrorFile, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: startupBlamed(cfg.Rank, err), Err: err}, cfg.Size)
+	}
+	return c, err
+}
+
+// start is New but for the error file.
+func start(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -84,6 +99,17 @@ func New(ctx context.Context, cfg Config) (comm.Communicator, error) {
 		ife.Err = fmt.Errorf("rank %d of %d from %s: %w", cfg.Rank, cfg.Size, cfg.RankFrom, ife.Err)
 	}
 	return c, err
+}
+
+// startupBlamed is the rank a failed start-up of rank blames: the rank at
+// fault a start-up Abort names, else rank itself (its configuration, its
+// listener, its files).
+func startupBlamed(rank int, err error) int {
+	var ab *star.AbortError
+	if errors.As(err, &ab) && ab.Rank >= 0 {
+		return ab.Rank
+	}
+	return rank
 }
 
 // newShm starts the shm backend. Its first failure is recorded in the
@@ -141,8 +167,7 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 		sc.Spin = -1 // COBRE_TCP_SPIN_US=0, or sockets that cannot be polled here
 	}
 	tlsCfg, err := tlsConfig(cfg)
-	if err != nil { // a TLS file that cannot be used
-		recordFailure(cfg.ErrorFile, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
+	if err != nil { // a TLS file that cannot be used (New records it)
 		return nil, err
 	}
 	switch {

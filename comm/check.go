@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 )
 
@@ -26,6 +27,14 @@ func checkView(op, name string, v View) error {
 // CheckAllgatherv validates the arguments of an Allgatherv call on rank of a
 // communicator of the given size, as every backend must before sending
 // anything. It returns the total number of elements, sum(counts).
+//
+// The first problem found is reported, naming the index and value at
+// fault: the views, then the lengths of counts and displs and the rank,
+// then a negative count or displacement (an *InvalidArgumentError), then
+// the length of send (an *InvalidBufferSizeError), then each region: one
+// whose end, displs[r]+counts[r], does not fit an int is an
+// *InvalidArgumentError, one that ends beyond recv an
+// *InvalidBufferSizeError; then overlapping regions.
 func CheckAllgatherv(rank, size int, send, recv View, counts, displs []int) (int, error) {
 	const op = OpAllgatherv
 	if err := checkView(op, "send", send); err != nil {
@@ -46,6 +55,16 @@ func CheckAllgatherv(rank, size int, send, recv View, counts, displs []int) (int
 	if rank < 0 || rank >= size {
 		return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("rank %d outside 0..%d", rank, size-1)}
 	}
+	// Negative counts and displacements first: every later check reads
+	// them as lengths and offsets.
+	for r := 0; r < size; r++ {
+		if c := counts[r]; c < 0 {
+			return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("counts[%d] = %d is negative", r, c)}
+		}
+		if d := displs[r]; d < 0 {
+			return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("displs[%d] = %d is negative", r, d)}
+		}
+	}
 	if send.Len() != counts[rank] {
 		return 0, &InvalidBufferSizeError{Operation: op, Expected: counts[rank], Actual: send.Len(), Detail: fmt.Sprintf("len(send) must equal counts[%d]", rank)}
 	}
@@ -55,14 +74,12 @@ func CheckAllgatherv(rank, size int, send, recv View, counts, displs []int) (int
 	n := recv.Len()
 	for r := 0; r < size; r++ {
 		c, d := counts[r], displs[r]
-		if c < 0 {
-			return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("counts[%d] = %d is negative", r, c)}
+		if c > math.MaxInt-d {
+			// d + c overflows: no recv can hold the region.
+			return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("rank %d's region in recv, displs[%d] = %d plus counts[%d] = %d, ends beyond the largest int", r, r, d, r, c)}
 		}
-		if d < 0 {
-			return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("displs[%d] = %d is negative", r, d)}
-		}
-		if d > n || c > n-d {
-			return 0, &InvalidBufferSizeError{Operation: op, Expected: d + c, Actual: n, Detail: fmt.Sprintf("recv too small for rank %d's region [%d, %d)", r, d, d+c)}
+		if d+c > n {
+			return 0, &InvalidBufferSizeError{Operation: op, Expected: d + c, Actual: n, Detail: fmt.Sprintf("recv too small for rank %d's region, displs[%d] = %d plus counts[%d] = %d", r, r, d, r, c)}
 		}
 		total += c
 		if c > 0 {

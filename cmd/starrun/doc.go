@@ -12,7 +12,8 @@
 //	-n N          number of ranks to start (required, at least 1)
 //	--backend B   tcp (the default: a coordinator on 127.0.0.1) or shm (a shared-memory segment)
 //	--port P      coordinator port, 0..65535; 0 (the default) picks a free port
-//	--timeout S   collective timeout in whole seconds (> 0), passed as COBRE_TCP_TIMEOUT_SECS
+//	--timeout S   collective timeout in seconds, decimals allowed (1.5, 0.25), 0.001..31536000
+//	              (1 ms to a year, as the variable), passed as COBRE_TCP_TIMEOUT_SECS
 //	              (COBRE_SHM_TIMEOUT_SECS with --backend shm)
 //	--bind ADDR   address the coordinator listens on, passed as COBRE_TCP_BIND_ADDR
 //	--grace D     time between SIGTERM and SIGKILL when a job is stopped, e.g. 200ms (default 5s)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/starcomm/starcomm/internal/launch"
@@ -23,19 +24,30 @@ const (
 // --grace says otherwise.
 const defaultGrace = launch.DefaultGrace
 
+// The bounds of --timeout, in seconds: those of COBRE_TCP_TIMEOUT_SECS
+// and COBRE_SHM_TIMEOUT_SECS, which it sets (1 ms, the tcp transport's
+// least, to a year), so that a value the ranks would refuse is a usage
+// error here.
+const (
+	minTimeout   = 0.001
+	maxTimeout   = 31536000
+	timeoutRange = "0.001..31536000 (1 ms to a year)"
+)
+
 // synopsis is the one-line usage shown with every usage error.
 const synopsis = "usage: starrun -n N [--backend tcp|shm] [--port P] [--timeout S] [--bind ADDR] [--grace D] [--settle D] -- CMD [ARGS...]"
 
 // config is one validated starrun command line.
 type config struct {
-	n       int           // number of ranks, at least 1
-	backend string        // tcp or shm
-	port    int           // coordinator port; 0 means pick a free one
-	timeout int           // COBRE_TCP_TIMEOUT_SECS; 0 means not given
-	bind    string        // COBRE_TCP_BIND_ADDR; "" means not given
-	grace   time.Duration // time between SIGTERM and SIGKILL when stopping
-	settle  time.Duration // time the others get to end on their own after the first failure
-	command []string      // the program and its arguments, never empty
+	n           int           // number of ranks, at least 1
+	backend     string        // tcp or shm
+	port        int           // coordinator port; 0 means pick a free one
+	timeout     float64       // COBRE_TCP_TIMEOUT_SECS, in seconds; 0 means not given
+	timeoutText string        // --timeout as given, for messages
+	bind        string        // COBRE_TCP_BIND_ADDR; "" means not given
+	grace       time.Duration // time between SIGTERM and SIGKILL when stopping
+	settle      time.Duration // time the others get to end on their own after the first failure
+	command     []string      // the program and its arguments, never empty
 }
 
 // newFlagSet returns starrun's flag set, silent so the caller decides where
@@ -46,7 +58,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.IntVar(&cfg.n, "n", 0, "number of ranks to start (required, at least 1)")
 	fs.StringVar(&cfg.backend, "backend", launch.BackendTCP, "how the ranks talk: tcp (a coordinator on 127.0.0.1) or shm (a shared-memory segment named for the job, COBRE_SHM_NAME)")
 	fs.IntVar(&cfg.port, "port", 0, "coordinator TCP port passed as COBRE_TCP_PORT, 0..65535; 0 picks a free port")
-	fs.IntVar(&cfg.timeout, "timeout", 0, "collective timeout in seconds (> 0) passed as COBRE_TCP_TIMEOUT_SECS (COBRE_SHM_TIMEOUT_SECS with --backend shm); unset if not given")
+	fs.Var(&floatText{&cfg.timeout, &cfg.timeoutText}, "timeout", "collective timeout in `seconds`, decimals allowed, "+timeoutRange+", passed as COBRE_TCP_TIMEOUT_SECS (COBRE_SHM_TIMEOUT_SECS with --backend shm); unset if not given")
 	fs.StringVar(&cfg.bind, "bind", "", "coordinator listen address passed as COBRE_TCP_BIND_ADDR; unset if not given")
 	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "time ranks get between SIGTERM and SIGKILL when the job is stopped")
 	fs.DurationVar(&cfg.settle, "settle", launch.DefaultSettle, "time the other ranks get to end on their own after the first one fails, before they are stopped")
@@ -76,8 +88,8 @@ func parseArgs(args []string) (config, error) {
 		return config{}, errors.New("--port and --bind are for --backend tcp; shm ranks use no socket")
 	case cfg.port < 0 || cfg.port > 65535:
 		return config{}, fmt.Errorf("--port must be in 0..65535 (0 picks a free port), got %d", cfg.port)
-	case given["timeout"] && cfg.timeout <= 0:
-		return config{}, fmt.Errorf("--timeout must be a positive number of seconds, got %d", cfg.timeout)
+	case given["timeout"] && !(cfg.timeout >= minTimeout && cfg.timeout <= maxTimeout): // NaN too
+		return config{}, fmt.Errorf("--timeout must be a number of seconds in %s, got %s", timeoutRange, cfg.timeoutText)
 	case given["bind"] && cfg.bind == "":
 		return config{}, errors.New("--bind must not be empty")
 	case cfg.grace < 0:
@@ -89,6 +101,33 @@ func parseArgs(args []string) (config, error) {
 	}
 	cfg.command = fs.Args()
 	return cfg, nil
+}
+
+// floatText is a flag holding a float64 (any form strconv.ParseFloat
+// takes: 7, 1.5, 1e-3) that keeps the text it was given, so that a
+// message quotes the value as the user wrote it.
+type floatText struct {
+	v    *float64
+	text *string
+}
+
+// String returns the text given, "" when none was.
+func (f *floatText) String() string {
+	if f == nil || f.text == nil {
+		return ""
+	}
+	return *f.text
+}
+
+// Set parses s, refusing what is not a number as the flag package's own
+// numeric flags do.
+func (f *floatText) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return errors.New("parse error")
+	}
+	*f.v, *f.text = v, s
+	return nil
 }
 
 // writeHelp writes the full usage text, with every flag and its default, to w.

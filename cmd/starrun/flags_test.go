@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/starcomm/starcomm"
 )
 
 func TestUsageErrors(t *testing.T) {
@@ -21,8 +25,15 @@ func TestUsageErrors(t *testing.T) {
 		{name: "flag=n/not-a-number", args: []string{"-n", "four", "--", "prog"}, want: "-n"},
 		{name: "flag=port/too-big", args: []string{"-n", "2", "--port", "65536", "--", "prog"}, want: "--port must be in 0..65535"},
 		{name: "flag=port/negative", args: []string{"-n", "2", "--port", "-1", "--", "prog"}, want: "--port must be in 0..65535"},
-		{name: "flag=timeout/zero", args: []string{"-n", "2", "--timeout", "0", "--", "prog"}, want: "--timeout must be a positive"},
-		{name: "flag=timeout/negative", args: []string{"-n", "2", "--timeout=-5", "--", "prog"}, want: "--timeout must be a positive"},
+		{name: "flag=timeout/zero", args: []string{"-n", "2", "--timeout", "0", "--", "prog"}, want: "--timeout must be a number of seconds in 0.001..31536000 (1 ms to a year), got 0\n"},
+		{name: "flag=timeout/negative", args: []string{"-n", "2", "--timeout=-5", "--", "prog"}, want: "--timeout must be a number of seconds in 0.001..31536000 (1 ms to a year), got -5\n"},
+		{name: "flag=timeout/below-1ms", args: []string{"-n", "2", "--timeout", "0.0009", "--", "prog"}, want: "--timeout must be a number of seconds in 0.001..31536000 (1 ms to a year), got 0.0009\n"},
+		{name: "flag=timeout/tiny", args: []string{"-n", "2", "--timeout", "1e-12", "--", "prog"}, want: "got 1e-12\n"},
+		{name: "flag=timeout/over-a-year", args: []string{"-n", "2", "--timeout", "31536000.5", "--", "prog"}, want: "--timeout must be a number of seconds in 0.001..31536000 (1 ms to a year), got 31536000.5\n"},
+		{name: "flag=timeout/nan", args: []string{"-n", "2", "--timeout", "NaN", "--", "prog"}, want: "got NaN\n"},
+		{name: "flag=timeout/inf", args: []string{"-n", "2", "--timeout", "Inf", "--", "prog"}, want: "got Inf\n"},
+		{name: "flag=timeout/beyond-float64", args: []string{"-n", "2", "--timeout", "1e400", "--", "prog"}, want: "got 1e400\n"},
+		{name: "flag=timeout/not-a-number", args: []string{"-n", "2", "--timeout", "soon", "--", "prog"}, want: "-timeout"},
 		{name: "flag=bind/empty", args: []string{"-n", "2", "--bind", "", "--", "prog"}, want: "--bind must not be empty"},
 		{name: "flag=grace/negative", args: []string{"-n", "2", "--grace", "-1s", "--", "prog"}, want: "--grace must not be negative"},
 		{name: "flag=grace/not-a-duration", args: []string{"-n", "2", "--grace", "soon", "--", "prog"}, want: "-grace"},
@@ -58,7 +69,7 @@ func TestHelp(t *testing.T) {
 		if code := l.Run([]string{arg}); code != 0 {
 			t.Errorf("%s: exit code = %d, want 0", arg, code)
 		}
-		for _, want := range []string{synopsis, "-n int", "-backend string", "-port int", "-timeout int", "-bind string", "-grace duration"} {
+		for _, want := range []string{synopsis, "-n int", "-backend string", "-port int", "-timeout seconds", "-bind string", "-grace duration"} {
 			if !strings.Contains(stdout.String(), want) {
 				t.Errorf("%s: help lacks %q:\n%s", arg, want, stdout.String())
 			}
@@ -86,6 +97,18 @@ func TestParseArgs(t *testing.T) {
 			want: config{n: 2, grace: defaultGrace, command: []string{"prog", "-n", "5"}},
 		},
 		{
+			name: "form=decimal-timeout", args: []string{"-n", "2", "--timeout", "1.5", "--", "prog"},
+			want: config{n: 2, timeout: 1.5, grace: defaultGrace, command: []string{"prog"}},
+		},
+		{
+			name: "form=least-timeout", args: []string{"-n", "2", "--timeout=1e-3", "--", "prog"},
+			want: config{n: 2, timeout: 0.001, grace: defaultGrace, command: []string{"prog"}},
+		},
+		{
+			name: "form=longest-timeout", args: []string{"-n", "2", "-timeout", "31536000", "--", "prog"},
+			want: config{n: 2, timeout: 31536000, grace: defaultGrace, command: []string{"prog"}},
+		},
+		{
 			name: "form=shm", args: []string{"-n", "4", "--backend", "shm", "--timeout", "5", "--", "prog"},
 			want: config{n: 4, backend: "shm", timeout: 5, grace: defaultGrace, command: []string{"prog"}},
 		},
@@ -109,5 +132,26 @@ func TestParseArgs(t *testing.T) {
 				t.Errorf("parseArgs = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestTimeoutBoundsAreTheVariables: --timeout takes exactly what the
+// variables it sets, COBRE_TCP_TIMEOUT_SECS and COBRE_SHM_TIMEOUT_SECS,
+// take: at both ends of the range, just beyond them, and in between.
+func TestTimeoutBoundsAreTheVariables(t *testing.T) {
+	t.Parallel()
+	values := []float64{minTimeout, maxTimeout, math.Nextafter(minTimeout, 0), math.Nextafter(maxTimeout, math.Inf(1)), 1.5, 7, 1e-9}
+	for _, v := range values {
+		text := strconv.FormatFloat(v, 'g', -1, 64)
+		_, flagErr := parseArgs([]string{"-n", "2", "--timeout", text, "--", "prog"})
+		for _, env := range []map[string]string{
+			{"COBRE_COMM_BACKEND": "tcp", "COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "2", "COBRE_TCP_TIMEOUT_SECS": text},
+			{"COBRE_COMM_BACKEND": "shm", "COBRE_SHM_NAME": "job", "COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "2", "COBRE_SHM_TIMEOUT_SECS": text},
+		} {
+			_, varErr := starcomm.ConfigFromLookup(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+			if (flagErr == nil) != (varErr == nil) {
+				t.Errorf("--timeout %s: %v; but %s=%s: %v", text, flagErr, env["COBRE_COMM_BACKEND"], text, varErr)
+			}
+		}
 	}
 }

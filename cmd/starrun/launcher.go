@@ -53,7 +53,7 @@ func (l *Launcher) jobConfig(cfg config) launch.Config {
 		Ranks:   cfg.n,
 		Backend: cfg.backend,
 		Port:    cfg.port,
-		Timeout: float64(cfg.timeout),
+		Timeout: cfg.timeout,
 		Bind:    cfg.bind,
 		Grace:   cfg.grace,
 		Settle:  cfg.settle,

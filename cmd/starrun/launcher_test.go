@@ -124,6 +124,16 @@ func TestSuccessEnvironment(t *testing.T) {
 			flags:    []string{"--port", "23456", "--timeout", "7", "--bind", "127.0.0.1", "--grace", "1s"},
 			wantPort: "23456", wantTimeout: "7", wantBind: "127.0.0.1",
 		},
+		{
+			name: "ranks=2/flags=decimal-timeout", n: 2,
+			flags:       []string{"--timeout", "1.5"},
+			wantTimeout: "1.5", wantBind: "<unset>",
+		},
+		{
+			name: "ranks=1/flags=longest-timeout", n: 1,
+			flags:       []string{"--timeout", "31536000"},
+			wantTimeout: "31536000", wantBind: "<unset>",
+		},
 	}
 	lineRE := regexp.MustCompile(`^\[(\d+)\] rank=(\S+) port=(\S+) size=(\S+) backend=(\S+) coord=(\S+) timeout=(\S+) bind=(\S+) connect=(\S+) errfile=rank-(\d+)\.json$`)
 	for _, tt := range tests {

@@ -23,7 +23,7 @@ func rankEnv(base []string, cfg *Config, port, r int, errDir string) []string {
 	var set []string
 	timeout := ""
 	if cfg.Timeout > 0 {
-		timeout = strconv.FormatFloat(cfg.Timeout, 'g', -1, 64)
+		timeout = strconv.FormatFloat(cfg.Timeout, 'f', -1, 64)
 	}
 	if cfg.Backend == BackendShm {
 		set = []string{

@@ -76,6 +76,22 @@ func TestRankEnv(t *testing.T) {
 			},
 		},
 		{
+			name: "options=longest-timeout", cfg: Config{Ranks: 3, Timeout: 31536000},
+			want: []string{
+				"PATH=/bin", "COBRE_TCP_BIND_ADDR=1.2.3.4",
+				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
+				"COBRE_TCP_TIMEOUT_SECS=31536000", "COBRE_ERROR_FILE=/job/rank-1.json", procs,
+			},
+		},
+		{
+			name: "options=least-timeout", cfg: Config{Ranks: 3, Timeout: 0.001},
+			want: []string{
+				"PATH=/bin", "COBRE_TCP_BIND_ADDR=1.2.3.4",
+				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
+				"COBRE_TCP_TIMEOUT_SECS=0.001", "COBRE_ERROR_FILE=/job/rank-1.json", procs,
+			},
+		},
+		{
 			name: "backend=shm/options=timeout,bind", cfg: Config{Ranks: 3, Backend: BackendShm, ShmName: "job-1", Timeout: 2.5, Bind: "0.0.0.0"},
 			want: []string{
 				"PATH=/bin", "COBRE_TCP_TIMEOUT_SECS=9", "COBRE_TCP_BIND_ADDR=1.2.3.4",

@@ -1,0 +1,89 @@
+package comm_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/starcomm/starcomm/comm"
+)
+
+// TestCheckAllgathervMessages: CheckAllgatherv's errors name the index and
+// value at fault, in this order: a negative count or displacement before
+// the length of send (which a negative count could never match), and a
+// region whose end overflows an int as such, not as a wrapped-around
+// length; no message has a doubled parenthesis.
+func TestCheckAllgathervMessages(t *testing.T) {
+	const maxInt = math.MaxInt
+	type want struct {
+		msg  string
+		size bool // an *InvalidBufferSizeError, else an *InvalidArgumentError
+	}
+	cases := []struct {
+		name         string
+		rank         int
+		send, recv   int // lengths, in float64 elements
+		counts       []int
+		displs       []int
+		want         want
+		wantExpected int // the InvalidBufferSizeError's Expected
+	}{
+		{name: "counts=negative/own", rank: 0, send: 0, recv: 4, counts: []int{-1, 2}, displs: []int{0, 2},
+			want: want{msg: "comm: allgatherv: invalid argument: counts[0] = -1 is negative"}},
+		{name: "counts=negative/other", rank: 0, send: 2, recv: 4, counts: []int{2, -3}, displs: []int{0, 2},
+			want: want{msg: "comm: allgatherv: invalid argument: counts[1] = -3 is negative"}},
+		{name: "counts=negative/send-length-wrong-too", rank: 1, send: 5, recv: 4, counts: []int{2, -1}, displs: []int{0, 2},
+			want: want{msg: "comm: allgatherv: invalid argument: counts[1] = -1 is negative"}},
+		{name: "displs=negative", rank: 0, send: 1, recv: 4, counts: []int{2, 2}, displs: []int{0, -2},
+			want: want{msg: "comm: allgatherv: invalid argument: displs[1] = -2 is negative"}},
+		{name: "displs=negative/send-length-wrong-too", rank: 0, send: 1, recv: 4, counts: []int{2, 2}, displs: []int{-1, 2},
+			want: want{msg: "comm: allgatherv: invalid argument: displs[0] = -1 is negative"}},
+		{name: "displs=maxint/count=1", rank: 0, send: 1, recv: 3, counts: []int{1, 1}, displs: []int{0, maxInt},
+			want: want{msg: "comm: allgatherv: invalid argument: rank 1's region in recv, displs[1] = 9223372036854775807 plus counts[1] = 1, ends beyond the largest int"}},
+		{name: "displs=maxint/count=maxint", rank: 1, send: 0, recv: 3, counts: []int{maxInt, 0}, displs: []int{maxInt, 0},
+			want: want{msg: "comm: allgatherv: invalid argument: rank 0's region in recv, displs[0] = 9223372036854775807 plus counts[0] = 9223372036854775807, ends beyond the largest int"}},
+		{name: "displs=maxint/count=0", rank: 0, send: 1, recv: 3, counts: []int{1, 0}, displs: []int{0, maxInt},
+			want:         want{size: true, msg: "comm: allgatherv: invalid buffer size (recv too small for rank 1's region, displs[1] = 9223372036854775807 plus counts[1] = 0): expected 9223372036854775807 elements, got 3"},
+			wantExpected: maxInt},
+		{name: "recv=too-small", rank: 0, send: 3, recv: 7, counts: []int{3, 5}, displs: []int{0, 3},
+			want:         want{size: true, msg: "comm: allgatherv: invalid buffer size (recv too small for rank 1's region, displs[1] = 3 plus counts[1] = 5): expected 8 elements, got 7"},
+			wantExpected: 8},
+		{name: "send=wrong-length", rank: 1, send: 4, recv: 8, counts: []int{3, 5}, displs: []int{0, 3},
+			want:         want{size: true, msg: "comm: allgatherv: invalid buffer size (len(send) must equal counts[1]): expected 5 elements, got 4"},
+			wantExpected: 5},
+		{name: "regions=overlap", rank: 0, send: 2, recv: 4, counts: []int{2, 2}, displs: []int{1, 0},
+			want: want{msg: "comm: allgatherv: invalid argument: recv regions of rank 0 [1, 3) and rank 1 [0, 2) overlap"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			send, recv := make([]float64, tc.send), make([]float64, tc.recv)
+			_, err := comm.CheckAllgatherv(tc.rank, len(tc.counts), comm.ViewOf(send), comm.ViewOf(recv), tc.counts, tc.displs)
+			if err == nil {
+				t.Fatalf("no error, want %q", tc.want.msg)
+			}
+			if got := err.Error(); got != tc.want.msg {
+				t.Errorf("error\n got %q\nwant %q", got, tc.want.msg)
+			}
+			var bs *comm.InvalidBufferSizeError
+			var ia *comm.InvalidArgumentError
+			switch {
+			case tc.want.size && !errors.As(err, &bs):
+				t.Errorf("error is a %T, want an *InvalidBufferSizeError", err)
+			case tc.want.size && bs.Expected != tc.wantExpected:
+				t.Errorf("Expected = %d, want %d", bs.Expected, tc.wantExpected)
+			case !tc.want.size && !errors.As(err, &ia):
+				t.Errorf("error is a %T, want an *InvalidArgumentError", err)
+			}
+		})
+	}
+}
+
+// TestCheckAllgathervTotal: valid arguments give the total count, whatever
+// the order of the regions, up to a region that ends at recv's end.
+func TestCheckAllgathervTotal(t *testing.T) {
+	recv := make([]int32, 10)
+	total, err := comm.CheckAllgatherv(1, 3, comm.ViewOf(make([]int32, 4)), comm.ViewOf(recv), []int{3, 4, 0}, []int{6, 2, 10})
+	if err != nil || total != 7 {
+		t.Fatalf("CheckAllgatherv = %d, %v; want 7, nil", total, err)
+	}
+}

@@ -54,7 +54,7 @@
 //	--repeats-scale F  multiply every workload's repeats by F (0 < F <= 1000), rounding,
 //	                   at least 1 timed repetition (e.g. 0.25 for a quick run)
 //	--json             print one JSON document instead of the table
-//	--timeout S        collective timeout in seconds (> 0; default 60)
+//	--timeout S        collective timeout in seconds (0.001..31536000; default 60)
 //	--raw              run over the raw relay instead of starcomm (see below)
 //
 // With --raw the same workloads run, verified the same way, over a minimal

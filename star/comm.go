@@ -519,11 +519,14 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 	}
 	var ur *UnresponsiveError
 	var de *DesyncError
+	var om *opMismatchError
 	switch {
 	case errors.As(err, &ur):
 		return &comm.CollectiveFailedError{Operation: op, Rank: ur.Rank, Message: ur.Error(), Err: ur}
 	case errors.As(err, &de):
 		return &comm.CollectiveFailedError{Operation: op, Rank: de.Rank, Message: de.Error(), Err: de}
+	case errors.As(err, &om):
+		return &comm.CollectiveFailedError{Operation: op, Rank: om.rank, Message: om.Error(), Err: om}
 	}
 	msg := fmt.Sprintf("link to rank %d: %s", peer, describe(err, c.cfg.Timeout))
 	if co, ok := c.role.(*coordinator); ok && isTimeout(err) {

@@ -350,8 +350,8 @@ func (co *coordinator) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 		return err
 	}
 	for _, l := range co.workers {
-		if got := comm.ReduceOp(co.opBytes[l.peer]); got != op {
-			return &linkError{peer: l.peer, err: fmt.Errorf("%w: rank %d called allreduce with %v, rank 0 with %v", ErrReduceOpMismatch, l.peer, got, op)}
+		if comm.ReduceOp(co.opBytes[l.peer]) != op {
+			return co.opMismatch(op)
 		}
 	}
 	copy(recv.Bytes, send.Bytes)
@@ -361,6 +361,51 @@ func (co *coordinator) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 	co.one[0] = recv.Bytes
 	return co.scatter(TagAllreduceRecv, co.one[:], -1)
 }
+
+// opMismatch is the failure of an allreduce whose ranks disagree on the
+// reduction operator (rank 0's is op, the workers' are in co.opBytes). As
+// the desync check does, it takes the operator most ranks called as the
+// reference (rank 0's on a tie) and blames the lowest rank that called
+// another: so when every worker agrees and rank 0 alone differs, rank 0.
+func (co *coordinator) opMismatch(op comm.ReduceOp) error {
+	co.opBytes[0] = byte(op)
+	var votes [256]int
+	for r := range co.c.size {
+		votes[co.opBytes[r]]++
+	}
+	ref := co.opBytes[0]
+	for v := range votes {
+		if votes[v] > votes[ref] {
+			ref = byte(v)
+		}
+	}
+	blame, peer := -1, -1
+	var others []int
+	for r := range co.c.size {
+		if co.opBytes[r] == ref {
+			others = append(others, r)
+			continue
+		}
+		if blame < 0 {
+			blame = r
+		}
+		if peer < 0 && r > 0 {
+			peer = r
+		}
+	}
+	msg := fmt.Sprintf("rank %d called allreduce with %v; %s with %v", blame, comm.ReduceOp(co.opBytes[blame]), rankWord(others), comm.ReduceOp(ref))
+	return &linkError{peer: peer, err: &opMismatchError{rank: blame, msg: msg}}
+}
+
+// opMismatchError is an allreduce's disagreement on the reduction
+// operator, blaming rank.
+type opMismatchError struct {
+	rank int
+	msg  string
+}
+
+func (e *opMismatchError) Error() string { return ErrReduceOpMismatch.Error() + ": " + e.msg }
+func (e *opMismatchError) Unwrap() error { return ErrReduceOpMismatch }
 
 // scratchBytes returns n bytes of 8-byte-aligned scratch space.
 func (co *coordinator) scratchBytes(n int) []byte {

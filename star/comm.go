@@ -630,7 +630,7 @@ func describe(err error, timeout time.Duration) string {
 	case isTimeout(err):
 		return fmt.Sprintf("no progress within the %v timeout (peer hung or unreachable): %v", timeout, err)
 	case errors.Is(err, io.EOF):
-		return "connection closed by the peer (crashed or exited)"
+		return "connection closed by the peer (it crashed or exited, or called Close: then it called fewer collectives)"
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "connection closed in the middle of a frame (peer crashed)"
 	}

@@ -879,7 +879,10 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 }
 
 // Broadcast copies root's buf into every rank's buf: the root writes it
-// once, chunk by chunk, and every other rank copies it out.
+// once, chunk by chunk, and every other rank copies it out. At the first
+// step every rank, the root too, checks every other rank's header, so that
+// a rank that disagrees about the root is seen by all: the root does not
+// return before every rank has entered the broadcast.
 func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 	if err := c.begin(comm.OpBroadcast); err != nil {
 		return err
@@ -908,15 +911,23 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 			c.writeHeader(G, &cl.h)
 		}
 		c.post(G + 1)
-		if c.rank != root {
-			if err := c.wait(ctx, root, G+1); err != nil {
-				return c.finishErr(opBroadcast, err)
-			}
-			if s == 0 {
-				if err := c.checkHeader(ctx, root, G, &cl); err != nil {
+		if s == 0 {
+			for i := 1; i < c.size; i++ {
+				q := (c.rank + i) % c.size
+				if err := c.wait(ctx, q, G+1); err != nil {
+					return c.finishErr(opBroadcast, err)
+				}
+				if err := c.checkHeader(ctx, q, G, &cl); err != nil {
 					return err
 				}
 			}
+			c.seen = G + 1
+		} else if c.rank != root {
+			if err := c.wait(ctx, root, G+1); err != nil {
+				return c.finishErr(opBroadcast, err)
+			}
+		}
+		if c.rank != root {
 			copy(buf.Bytes[lo:hi], c.data(root, G, hi-lo))
 		}
 	}

@@ -124,6 +124,46 @@ func assertBlamed(t *testing.T, outs []outcome, blamed int, lengths func(rank in
 	return ibs
 }
 
+// TestBroadcastRootMismatch: ranks that disagree on a broadcast's root
+// fail, every one of them and at once, with ErrMismatch naming the same
+// rank: the rank whose root differs from the one most ranks pass (the
+// root itself, rank 0, or a non-root as it may be), rank 0's side winning
+// a tie. The messages name both roots.
+func TestBroadcastRootMismatch(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	cases := []struct {
+		roots       []int // each rank's root
+		blamed, ref int   // the rank blamed; the lowest rank of the reference
+	}{
+		{[]int{1, 1, 2, 1}, 2, 0}, // rank 2 believes it is the root
+		{[]int{0, 1, 1, 1}, 0, 1}, // rank 0 is the odd one, believing it is the root
+		{[]int{1, 0, 1, 1}, 1, 0}, // the root is the odd one (it believes rank 0 is)
+		{[]int{2, 2, 0, 2}, 2, 0}, // the root is the odd one (it believes rank 0 is)
+		{[]int{3, 1, 2, 1}, 0, 1}, // three roots: root 1 has most ranks
+		{[]int{0, 0, 1, 1}, 2, 0}, // a tie: rank 0's side is the reference
+		{[]int{3, 3, 3, 0}, 3, 0}, // the odd one believes rank 0 is the root
+		{[]int{0, 1}, 1, 0},       // two ranks: rank 0 is the reference
+		{[]int{1, 0}, 1, 0},
+		{[]int{2, 2, 2, 2, 2, 2, 2, 5}, 7, 0},
+	}
+	for _, tc := range cases {
+		for _, chunk := range []int{0, 64} { // one step; many steps
+			warm := chunk / 64 // the header in either slot
+			t.Run(fmt.Sprintf("roots=%v/chunk=%d", tc.roots, chunk), func(t *testing.T) {
+				outs := runMismatch(t, len(tc.roots), chunk, warm, func(ctx context.Context, c *shm.Comm) error {
+					buf := make([]float64, 100)
+					for i := range buf {
+						buf[i] = float64(c.Rank())
+					}
+					return comm.Broadcast(ctx, c, buf, tc.roots[c.Rank()])
+				})
+				assertBlamed(t, outs, tc.blamed, nil, fmt.Sprintf("rank %d broadcasts from root %d, rank %d from root %d",
+					tc.blamed, tc.roots[tc.blamed], tc.ref, tc.roots[tc.ref]))
+			})
+		}
+	}
+}
+
 // TestMismatchBlamesTheRankThatDiffers: ranks that disagree on the
 // collective, the element type, the operator or a length name, on every
 // rank, the rank whose call differs from the one most ranks make (rank 0's

@@ -694,10 +694,11 @@ func callKey(h hdr) hdr {
 // judge decides from every rank's header of a collective's first step
 // which rank to blame, by a rule that depends on the headers only, so that
 // every rank, whichever noticed the disagreement first, names the same
-// rank: the reference call is the one most ranks made (on a tie, the one
-// of the lowest rank, so that with two ranks rank 0's call is the
-// reference, as in the tcp backend), and the lowest rank whose call is not
-// the reference is blamed.
+// rank: the reference call is the one most ranks made (of calls made by
+// as many ranks, the one of the lowest rank, so that with two ranks rank
+// 0's call is the reference), and the lowest rank whose call is not the
+// reference is blamed. The tcp backend's collective check
+// (star.Config.CheckCollectives) judges the same way.
 func judge(hs []hdr) verdict {
 	made := make(map[hdr]int, 4)
 	for _, h := range hs {
@@ -734,7 +735,7 @@ func judge(hs []hdr) verdict {
 		why = fmt.Sprintf("rank %d broadcasts from root %d, rank %d from root %d", B, b.arg, R, ref.arg)
 	case b.op == opAllgatherv:
 		v.length = true
-		why = fmt.Sprintf("rank %d passed allgatherv counts that differ from rank %d's (rank %d contributes %d bytes, rank %d %d)", B, R, B, b.bytes, R, ref.bytes)
+		why = fmt.Sprintf("rank %d passed allgatherv counts that differ from rank %d's (it contributes %d bytes)", B, R, b.bytes)
 	default:
 		v.length = true
 		why = fmt.Sprintf("rank %d's %s contribution is %d bytes, rank %d's %d", B, opName(b.op), b.bytes, R, ref.bytes)

@@ -88,9 +88,10 @@ func runMismatch(t *testing.T, size, chunk, warm int, call func(ctx context.Cont
 // assertBlamed checks every rank's outcome: it failed promptly, OnFailure
 // (what the launcher records) blames rank blamed, and the error is either
 // a *comm.CollectiveFailedError naming blamed whose *shm.AbortError names
-// it too and which wraps shm.ErrMismatch, or, where lengths allows it for
-// that rank, a *comm.InvalidBufferSizeError in bytes. It returns the
-// ranks that got an InvalidBufferSizeError, with it.
+// it too, which wraps shm.ErrMismatch and whose message contains mention,
+// or, where lengths allows it for that rank, a
+// *comm.InvalidBufferSizeError in bytes. It returns the ranks that got an
+// InvalidBufferSizeError, with it.
 func assertBlamed(t *testing.T, outs []outcome, blamed int, lengths func(rank int) bool, mention string) map[int]*comm.InvalidBufferSizeError {
 	t.Helper()
 	ibs := map[int]*comm.InvalidBufferSizeError{}

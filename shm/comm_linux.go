@@ -88,13 +88,27 @@ func unpackAbort(w uint64) (blamed, reporter int, cause, op uint8) {
 // its progress counter (a peer that sees the progress reads the header
 // with it). Fields, as offsets in the slot:
 const (
-	chG     = 0  // uint64: the global step
-	chOp    = 8  // uint8
-	chDType = 9  // uint8
-	chRedOp = 10 // uint8
-	chRoot  = 12 // int32
+	chG     = 0  // uint32: the low 32 bits of the global step
+	chOp    = 4  // uint8
+	chDType = 5  // uint8
+	chRedOp = 6  // uint8
+	chArg   = 8  // uint64: broadcast: the root; allgatherv: countsPrint(counts)
 	chBytes = 16 // uint64: the rank's bytes in the whole collective
 )
+
+// hdr is a collective's header as a rank writes it and its peers read it.
+// Two ranks make the same call when their headers are equal, except that
+// the bytes of allgatherv are each rank's own contribution (callKey).
+//
+// The low 32 bits of the step suffice: a peer's slot holds another step
+// than G only when that peer is in the middle of a collective that began
+// at an earlier step of G's parity, and it would take more than 2^32 steps
+// (256 GiB in 64-byte chunks) for that step to agree with G in those bits.
+type hdr struct {
+	g             uint32
+	op, dt, redop uint8
+	arg, bytes    uint64
+}
 
 // Comm is one rank of a shared-memory communicator: the shm backend. Every
 // rank maps the job's segment; see the package doc for the design. It
@@ -333,12 +347,19 @@ func (c *Comm) abortError(op uint8) error {
 
 // fail makes err this rank's first failure (fail-stop): it is recorded,
 // reported to OnFailure, and the rank leaves the segment. It returns err.
+// The rank blamed is the one a *comm.CollectiveFailedError names, else
+// this rank.
 func (c *Comm) fail(op uint8, err error) error {
 	blamed := c.rank
 	var cf *comm.CollectiveFailedError
 	if errors.As(err, &cf) {
 		blamed = cf.Rank
 	}
+	return c.failBlaming(op, blamed, err)
+}
+
+// failBlaming is fail for an error that blames rank blamed.
+func (c *Comm) failBlaming(op uint8, blamed int, err error) error {
 	if !c.failure.CompareAndSwap(nil, &failureRecord{err: err, blamed: blamed}) {
 		return err
 	}
@@ -504,51 +525,223 @@ func (c *Comm) data(r int, G uint64, n int) []byte {
 // hdrOf returns the offset of rank r's header slot for step G.
 func (c *Comm) hdrOf(r int, G uint64) int { return c.seg.ctl(r) + cHdr + int(G&1)*hdrSize }
 
-// writeHeader writes this rank's header for the first step G of a
-// collective.
-func (c *Comm) writeHeader(G uint64, op, dt, redop uint8, root int, bytes int) {
+// writeHeader writes this rank's header h for the first step G of a
+// collective (h.g is set to G's low bits).
+func (c *Comm) writeHeader(G uint64, h *hdr) {
+	h.g = uint32(G)
 	off := c.hdrOf(c.rank, G)
 	s := c.seg
-	*s.u64(off + chG) = G
-	s.mem[off+chOp], s.mem[off+chDType], s.mem[off+chRedOp] = op, dt, redop
-	*(*int32)(s.ptr(off + chRoot)) = int32(root)
-	*s.u64(off + chBytes) = uint64(bytes)
+	*s.u32(off + chG) = h.g
+	s.mem[off+chOp], s.mem[off+chDType], s.mem[off+chRedOp] = h.op, h.dt, h.redop
+	*s.u64(off + chArg) = h.arg
+	*s.u64(off + chBytes) = h.bytes
 }
 
 // header reads rank q's header for step G.
-func (c *Comm) header(q int, G uint64) (g uint64, op, dt, redop uint8, root int, bytes int) {
+func (c *Comm) header(q int, G uint64) hdr {
 	off := c.hdrOf(q, G)
 	s := c.seg
-	return *s.u64(off + chG), s.mem[off+chOp], s.mem[off+chDType], s.mem[off+chRedOp],
-		int(*(*int32)(s.ptr(off + chRoot))), int(*s.u64(off + chBytes))
+	return hdr{g: *s.u32(off + chG), op: s.mem[off+chOp], dt: s.mem[off+chDType], redop: s.mem[off+chRedOp],
+		arg: *s.u64(off + chArg), bytes: *s.u64(off + chBytes)}
 }
 
-// checkHeader compares rank q's header for the first step G of collective
-// op with what this rank expects; wantBytes < 0 skips the length. It
-// publishes the abort and returns the error for this rank on a mismatch.
-func (c *Comm) checkHeader(q int, G uint64, op, dt, redop uint8, root, wantBytes int) error {
-	g, qop, qdt, qred, qroot, qbytes := c.header(q, G)
-	var why string
-	switch {
-	case g != G:
-		why = fmt.Sprintf("rank %d is at step %d, rank %d at step %d", q, g, c.rank, G)
-	case qop != op:
-		why = fmt.Sprintf("rank %d called %s, rank %d %s", q, opName(qop), c.rank, opName(op))
-	case qdt != dt:
-		why = fmt.Sprintf("rank %d passed %v elements, rank %d %v", q, comm.DType(qdt), c.rank, comm.DType(dt))
-	case qred != redop:
-		why = fmt.Sprintf("rank %d reduces with %v, rank %d with %v", q, comm.ReduceOp(qred), c.rank, comm.ReduceOp(redop))
-	case qroot != root:
-		why = fmt.Sprintf("rank %d broadcasts from root %d, rank %d from root %d", q, qroot, c.rank, root)
-	case wantBytes >= 0 && qbytes != wantBytes:
-		c.raise(op, c.rank, causeMismatch, fmt.Sprintf("rank %d's %s contribution is %d bytes; rank %d expected %d", q, opName(op), qbytes, c.rank, wantBytes))
-		return &comm.InvalidBufferSizeError{Operation: opName(op), Expected: wantBytes, Actual: qbytes, Unit: "bytes", Detail: fmt.Sprintf("contribution of rank %d", q)}
-	default:
+// countsPrint is the fingerprint of allgatherv's counts that its header
+// carries, so that every rank sees a disagreement about any rank's count,
+// not only the ranks whose counts disagree with that rank's contribution.
+// Each count goes through a bijection (splitmix64's finaliser) of the
+// fingerprint so far, so counts that differ in one place never collide.
+func countsPrint(counts []int) uint64 {
+	h := uint64(len(counts))
+	for _, n := range counts {
+		h ^= uint64(n)
+		h ^= h >> 30
+		h *= 0xbf58476d1ce4e5b9
+		h ^= h >> 27
+		h *= 0x94d049bb133111eb
+		h ^= h >> 31
+	}
+	return h
+}
+
+// call is this rank's collective as its peers' headers must match it.
+type call struct {
+	h hdr // this rank's header
+	// counts and es, for allgatherv: the counts (elements) and the element
+	// size, which give the bytes expected of each rank.
+	counts []int
+	es     int
+}
+
+// expect returns the header this rank expects of rank q.
+func (cl *call) expect(q int) hdr {
+	h := cl.h
+	if cl.counts != nil {
+		h.bytes = uint64(cl.counts[q] * cl.es)
+	}
+	return h
+}
+
+// checkHeader compares rank q's header for the first step G of this rank's
+// collective cl with what cl expects of it. On a mismatch it returns the
+// collective's error (see mismatch), the failure recorded.
+func (c *Comm) checkHeader(ctx context.Context, q int, G uint64, cl *call) error {
+	if c.header(q, G) == cl.expect(q) {
 		return nil
 	}
-	c.raise(op, c.rank, causeMismatch, why)
-	ae := c.abortCause(atomic.LoadUint64(c.seg.u64(hAbort)))
-	return &comm.CollectiveFailedError{Operation: opName(op), Rank: ae.Rank, Message: ae.Error(), Err: ae}
+	return c.mismatch(ctx, G, cl)
+}
+
+// mismatch handles a peer's header that is not what this rank expects at
+// step G, the first step of its collective cl. It waits for every rank's
+// header (every rank publishes its own before it checks any, so they come
+// at once), judges them as every other rank does (judge, on the same
+// headers), publishes the verdict in the abort word, and returns the
+// collective's error: a *comm.InvalidBufferSizeError when the blamed call
+// differs only in a length and this rank sees a contribution that
+// disagrees with its own arguments, otherwise the abort (ErrMismatch),
+// naming the blamed rank in both cases.
+func (c *Comm) mismatch(ctx context.Context, G uint64, cl *call) error {
+	op := cl.h.op
+	for q := range c.size {
+		if q != c.rank {
+			if err := c.wait(ctx, q, G+1); err != nil {
+				return c.finishErr(op, err)
+			}
+		}
+	}
+	hs := make([]hdr, c.size)
+	for q := range hs {
+		hs[q] = c.header(q, G)
+	}
+	v := judge(hs)
+	if v.blamed < 0 {
+		// Every header agrees, yet one differs from what this rank
+		// expects: the fingerprints of two different allgatherv counts
+		// collided. Blame the first rank whose contribution disagrees
+		// with this rank's counts.
+		for q := range hs {
+			if hs[q] != cl.expect(q) {
+				v = verdict{blamed: q, ref: c.rank, length: true,
+					msg: fmt.Sprintf("rank %d's %s contribution is %d bytes; rank %d expected %d", q, opName(op), hs[q].bytes, c.rank, cl.expect(q).bytes)}
+				break
+			}
+		}
+	}
+	c.raise(op, v.blamed, causeMismatch, v.msg)
+	if blamed, _, cause, _ := unpackAbort(atomic.LoadUint64(c.seg.u64(hAbort))); cause != causeMismatch || blamed != v.blamed {
+		return c.fail(op, c.abortError(op)) // another failure came first
+	}
+	if v.length {
+		if err := c.lengthError(hs, v, cl); err != nil {
+			return c.failBlaming(op, v.blamed, err)
+		}
+	}
+	return c.fail(op, c.abortError(op))
+}
+
+// lengthError returns this rank's error for a length disagreement: a
+// contribution in hs that disagrees with this rank's arguments, the blamed
+// rank's, or, on the blamed rank, the reference rank's, or any other's;
+// nil if none does (an allgatherv whose counts differ from this rank's
+// about no rank's contribution).
+func (c *Comm) lengthError(hs []hdr, v verdict, cl *call) error {
+	differs := func(q int) bool { return q != c.rank && hs[q].bytes != cl.expect(q).bytes }
+	q := -1
+	switch {
+	case differs(v.blamed):
+		q = v.blamed
+	case differs(v.ref):
+		q = v.ref
+	default:
+		for r := range hs {
+			if differs(r) {
+				q = r
+				break
+			}
+		}
+	}
+	if q < 0 {
+		return nil
+	}
+	return &comm.InvalidBufferSizeError{Operation: opName(cl.h.op), Expected: int(cl.expect(q).bytes), Actual: int(hs[q].bytes),
+		Unit: "bytes", Detail: fmt.Sprintf("contribution of rank %d", q)}
+}
+
+// verdict is what every rank concludes from the headers of a collective
+// whose ranks disagree.
+type verdict struct {
+	// blamed is the rank at fault; -1 when every call is the same.
+	blamed int
+	// ref is the lowest rank that made the reference call, agree how many
+	// ranks made it.
+	ref, agree int
+	// length: the blamed call differs from the reference in its byte count
+	// or its allgatherv counts only.
+	length bool
+	// msg names the blamed rank's call and the reference rank's.
+	msg string
+}
+
+// callKey is a header as the judgement compares calls: allgatherv's bytes
+// are each rank's own contribution, its counts are in the fingerprint.
+func callKey(h hdr) hdr {
+	if h.op == opAllgatherv {
+		h.bytes = 0
+	}
+	return h
+}
+
+// judge decides from every rank's header of a collective's first step
+// which rank to blame, by a rule that depends on the headers only, so that
+// every rank, whichever noticed the disagreement first, names the same
+// rank: the reference call is the one most ranks made (of calls made by
+// as many ranks, the one of the lowest rank, so that with two ranks rank
+// 0's call is the reference), and the lowest rank whose call is not the
+// reference is blamed. The tcp backend's collective check
+// (star.Config.CheckCollectives) judges the same way.
+func judge(hs []hdr) verdict {
+	made := make(map[hdr]int, 4)
+	for _, h := range hs {
+		made[callKey(h)]++
+	}
+	v := verdict{blamed: -1}
+	for r, h := range hs {
+		if n := made[callKey(h)]; n > v.agree {
+			v.ref, v.agree = r, n
+		}
+	}
+	ref := hs[v.ref]
+	for r, h := range hs {
+		if callKey(h) != callKey(ref) {
+			v.blamed = r
+			break
+		}
+	}
+	if v.blamed < 0 {
+		return v
+	}
+	b, B, R := hs[v.blamed], v.blamed, v.ref
+	var why string
+	switch {
+	case b.g != ref.g:
+		why = fmt.Sprintf("rank %d is at step %d, rank %d at step %d (mod 2^32)", B, b.g, R, ref.g)
+	case b.op != ref.op:
+		why = fmt.Sprintf("rank %d called %s, rank %d %s", B, opName(b.op), R, opName(ref.op))
+	case b.dt != ref.dt:
+		why = fmt.Sprintf("rank %d passed %v elements, rank %d %v", B, comm.DType(b.dt), R, comm.DType(ref.dt))
+	case b.redop != ref.redop:
+		why = fmt.Sprintf("rank %d reduces with %v, rank %d with %v", B, comm.ReduceOp(b.redop), R, comm.ReduceOp(ref.redop))
+	case b.op == opBroadcast && b.arg != ref.arg:
+		why = fmt.Sprintf("rank %d broadcasts from root %d, rank %d from root %d", B, b.arg, R, ref.arg)
+	case b.op == opAllgatherv:
+		v.length = true
+		why = fmt.Sprintf("rank %d passed allgatherv counts that differ from rank %d's (it contributes %d bytes)", B, R, b.bytes)
+	default:
+		v.length = true
+		why = fmt.Sprintf("rank %d's %s contribution is %d bytes, rank %d's %d", B, opName(b.op), b.bytes, R, ref.bytes)
+	}
+	v.msg = fmt.Sprintf("%s; %d of %d ranks call as rank %d does", why, v.agree, len(hs), R)
+	return v
 }
 
 // steps is the number of steps that move n bytes (at least one).
@@ -584,6 +777,7 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 	}
 	mine := len(send.Bytes)
 	myOff := displs[c.rank] * es
+	cl := call{h: hdr{op: opAllgatherv, dt: uint8(send.Type), arg: countsPrint(counts), bytes: uint64(mine)}, counts: counts, es: es}
 	n := c.steps(most)
 	for s := range n {
 		G := c.g + uint64(s)
@@ -597,7 +791,7 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 			copy(recv.Bytes[myOff+lo:myOff+hi], send.Bytes[lo:hi])
 		}
 		if s == 0 {
-			c.writeHeader(G, opAllgatherv, uint8(send.Type), 0, 0, mine)
+			c.writeHeader(G, &cl.h)
 		}
 		c.post(G + 1)
 		all := true
@@ -612,8 +806,8 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 				return c.finishErr(opAllgatherv, err)
 			}
 			if s == 0 {
-				if err := c.checkHeader(q, G, opAllgatherv, uint8(send.Type), 0, 0, qb); err != nil {
-					return c.fail(opAllgatherv, err)
+				if err := c.checkHeader(ctx, q, G, &cl); err != nil {
+					return err
 				}
 			}
 			if lo < qb {
@@ -646,6 +840,7 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 		return c.fail(opAllreduce, err)
 	}
 	total := len(send.Bytes)
+	cl := call{h: hdr{op: opAllreduce, dt: uint8(send.Type), redop: uint8(op), bytes: uint64(total)}}
 	n := c.steps(total)
 	for s := range n {
 		G := c.g + uint64(s)
@@ -656,7 +851,7 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 		hi := min(lo+c.chunk, total)
 		copy(c.data(c.rank, G, hi-lo), send.Bytes[lo:hi])
 		if s == 0 {
-			c.writeHeader(G, opAllreduce, uint8(send.Type), uint8(op), 0, total)
+			c.writeHeader(G, &cl.h)
 		}
 		c.post(G + 1)
 		acc := recv.Bytes[lo:hi]
@@ -666,8 +861,8 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 					return c.finishErr(opAllreduce, err)
 				}
 				if s == 0 {
-					if err := c.checkHeader(q, G, opAllreduce, uint8(send.Type), uint8(op), 0, total); err != nil {
-						return c.fail(opAllreduce, err)
+					if err := c.checkHeader(ctx, q, G, &cl); err != nil {
+						return err
 					}
 				}
 			}
@@ -685,7 +880,10 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 }
 
 // Broadcast copies root's buf into every rank's buf: the root writes it
-// once, chunk by chunk, and every other rank copies it out.
+// once, chunk by chunk, and every other rank copies it out. At the first
+// step every rank, the root too, checks every other rank's header, so that
+// a rank that disagrees about the root is seen by all: the root does not
+// return before every rank has entered the broadcast.
 func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 	if err := c.begin(comm.OpBroadcast); err != nil {
 		return err
@@ -698,6 +896,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 		return c.fail(opBroadcast, err)
 	}
 	total := len(buf.Bytes)
+	cl := call{h: hdr{op: opBroadcast, dt: uint8(buf.Type), arg: uint64(root), bytes: uint64(total)}}
 	n := c.steps(total)
 	for s := range n {
 		G := c.g + uint64(s)
@@ -710,18 +909,26 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 			copy(c.data(c.rank, G, hi-lo), buf.Bytes[lo:hi])
 		}
 		if s == 0 {
-			c.writeHeader(G, opBroadcast, uint8(buf.Type), 0, root, total)
+			c.writeHeader(G, &cl.h)
 		}
 		c.post(G + 1)
-		if c.rank != root {
+		if s == 0 {
+			for i := 1; i < c.size; i++ {
+				q := (c.rank + i) % c.size
+				if err := c.wait(ctx, q, G+1); err != nil {
+					return c.finishErr(opBroadcast, err)
+				}
+				if err := c.checkHeader(ctx, q, G, &cl); err != nil {
+					return err
+				}
+			}
+			c.seen = G + 1
+		} else if c.rank != root {
 			if err := c.wait(ctx, root, G+1); err != nil {
 				return c.finishErr(opBroadcast, err)
 			}
-			if s == 0 {
-				if err := c.checkHeader(root, G, opBroadcast, uint8(buf.Type), 0, root, total); err != nil {
-					return c.fail(opBroadcast, err)
-				}
-			}
+		}
+		if c.rank != root {
 			copy(buf.Bytes[lo:hi], c.data(root, G, hi-lo))
 		}
 	}
@@ -743,15 +950,16 @@ func (c *Comm) Barrier(ctx context.Context) error {
 	if err := c.stepBegin(ctx, G); err != nil {
 		return c.finishErr(opBarrier, err)
 	}
-	c.writeHeader(G, opBarrier, 0, 0, 0, 0)
+	cl := call{h: hdr{op: opBarrier}}
+	c.writeHeader(G, &cl.h)
 	c.post(G + 1)
 	for i := 1; i < c.size; i++ {
 		q := (c.rank + i) % c.size
 		if err := c.wait(ctx, q, G+1); err != nil {
 			return c.finishErr(opBarrier, err)
 		}
-		if err := c.checkHeader(q, G, opBarrier, 0, 0, 0, 0); err != nil {
-			return c.fail(opBarrier, err)
+		if err := c.checkHeader(ctx, q, G, &cl); err != nil {
+			return err
 		}
 	}
 	c.seen = G + 1

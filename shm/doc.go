@@ -94,8 +94,9 @@
 // Synchronisation. Collectives are sequences of steps numbered globally,
 // the same on every rank. In step G a rank writes its chunk into its half
 // G mod 2 (and, at a collective's first step, a header naming the step,
-// collective, element type, operator, root and its byte count into header
-// slot G mod 2, beside its progress counter), publishes progress G+1 with
+// collective, element type, operator, root, its byte count and, for
+// allgatherv, a fingerprint of its counts into header slot G mod 2, beside
+// its progress counter), publishes progress G+1 with
 // an atomic store, and copies (or reduces) the peers' chunks of step G
 // from their halves straight into the caller's buffer. A rank publishes a
 // step only once it is done with the one before, so before writing half
@@ -109,10 +110,27 @@
 // publishes progress rings the bells of the ranks that sleep. Allreduce
 // reduces ranks 0, 1, ..., R-1 in that order on every rank (acc = rank
 // 0's chunk, then comm.Reduce(acc, rank r's chunk)), so results are
-// bit-identical to the tcp backend's. Every rank checks its peers' headers
-// at a collective's first step: different collectives, element types,
-// operators or roots fail with ErrMismatch, a byte count that disagrees
-// with this rank's arguments with a *comm.InvalidBufferSizeError.
+// bit-identical to the tcp backend's.
+//
+// Mismatches. At a collective's first step every rank compares every peer's
+// header with its own call (in a broadcast too: the root does not return
+// before every rank has entered it), so every rank sees a disagreement, at
+// once. A rank that sees one waits for every header and judges them all by
+// one rule, so that every rank blames the same rank whichever noticed
+// first: the reference call is the one most ranks made (of calls made by as
+// many ranks, the one of the lowest rank: with two ranks, rank 0's), and
+// the lowest rank whose call differs from it is blamed, as the tcp
+// backend's collective check (star.Config.CheckCollectives) judges. The
+// verdict goes in the abort word. Different collectives, element types,
+// operators or roots fail every rank with a *comm.CollectiveFailedError
+// naming the blamed rank, wrapping an *AbortError and ErrMismatch; the
+// message names the blamed rank's call and the reference's. When the calls
+// differ only in a length (allreduce's or broadcast's byte count,
+// allgatherv's counts), a rank that sees a contribution disagree with its
+// own arguments fails with a *comm.InvalidBufferSizeError in bytes naming
+// that contribution's rank (the blamed rank's, or, on the blamed rank, the
+// reference rank's), the others as for a mismatch; OnFailure blames the
+// blamed rank on every rank.
 //
 // Failures. Every rank holds a pidfd of every other rank's process and a
 // goroutine polls them: a process that ends without having closed its

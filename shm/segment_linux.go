@@ -24,7 +24,7 @@ import (
 //	dataOff per rank, two halves of ChunkBytes each
 const (
 	segMagic   = 0x314d485354524153 // "SARTSHM1" little-endian
-	segVersion = 1
+	segVersion = 2
 	pageSize   = 4096
 	ctlOff     = pageSize
 	ctlStride  = 512
@@ -108,12 +108,11 @@ type segment struct {
 	replaced bool
 }
 
-func (s *segment) ptr(off int) unsafe.Pointer { return unsafe.Add(s.base, off) }
-func (s *segment) u32(off int) *uint32        { return (*uint32)(unsafe.Add(s.base, off)) }
-func (s *segment) u64(off int) *uint64        { return (*uint64)(unsafe.Add(s.base, off)) }
-func (s *segment) ctl(r int) int              { return ctlOff + r*ctlStride }
-func (s *segment) prog(r int) *uint64         { return s.u64(s.ctl(r) + cProg) }
-func (s *segment) bell(r int) *uint32         { return s.u32(s.ctl(r) + cBell) }
+func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Add(s.base, off)) }
+func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Add(s.base, off)) }
+func (s *segment) ctl(r int) int       { return ctlOff + r*ctlStride }
+func (s *segment) prog(r int) *uint64  { return s.u64(s.ctl(r) + cProg) }
+func (s *segment) bell(r int) *uint32  { return s.u32(s.ctl(r) + cBell) }
 func (s *segment) sleeping(r int) *uint32 {
 	return s.u32(s.ctl(r) + cSleeping)
 }

@@ -913,16 +913,9 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 		}
 		c.post(G + 1)
 		if s == 0 {
-			for i := 1; i < c.size; i++ {
-				q := (c.rank + i) % c.size
-				if err := c.wait(ctx, q, G+1); err != nil {
-					return c.finishErr(opBroadcast, err)
-				}
-				if err := c.checkHeader(ctx, q, G, &cl); err != nil {
-					return err
-				}
+			if err := c.awaitHeaders(ctx, G, &cl); err != nil {
+				return err
 			}
-			c.seen = G + 1
 		} else if c.rank != root {
 			if err := c.wait(ctx, root, G+1); err != nil {
 				return c.finishErr(opBroadcast, err)
@@ -953,17 +946,27 @@ func (c *Comm) Barrier(ctx context.Context) error {
 	cl := call{h: hdr{op: opBarrier}}
 	c.writeHeader(G, &cl.h)
 	c.post(G + 1)
+	if err := c.awaitHeaders(ctx, G, &cl); err != nil {
+		return err
+	}
+	c.g++
+	return nil
+}
+
+// awaitHeaders waits until every other rank has published step G, the
+// first step of this rank's collective cl, checking each one's header as
+// it comes, and notes G+1 as seen.
+func (c *Comm) awaitHeaders(ctx context.Context, G uint64, cl *call) error {
 	for i := 1; i < c.size; i++ {
 		q := (c.rank + i) % c.size
 		if err := c.wait(ctx, q, G+1); err != nil {
-			return c.finishErr(opBarrier, err)
+			return c.finishErr(cl.h.op, err)
 		}
-		if err := c.checkHeader(ctx, q, G, &cl); err != nil {
+		if err := c.checkHeader(ctx, q, G, cl); err != nil {
 			return err
 		}
 	}
 	c.seen = G + 1
-	c.g++
 	return nil
 }
 

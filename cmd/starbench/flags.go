@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	joblaunch "github.com/starcomm/starcomm/internal/launch"
 )
 
 // Exit codes of starbench.
@@ -67,7 +69,7 @@ func newFlagSet(v *flagValues) *flag.FlagSet {
 	fs.StringVar(&v.workloads, "workloads", "", "comma-separated workloads to run (default: all): "+strings.Join(workloadNames(), ","))
 	fs.Float64Var(&v.scale, "repeats-scale", 1, "multiply every workload's repetitions by F (> 0, at most 1000; at least 1 repetition runs)")
 	fs.BoolVar(&v.json, "json", false, "print one JSON document instead of the table")
-	fs.Float64Var(&v.timeout, "timeout", 0, "collective timeout in seconds (0.001..31536000, decimals allowed), passed to the ranks as COBRE_TCP_TIMEOUT_SECS or COBRE_SHM_TIMEOUT_SECS (default: the library's 60 s)")
+	fs.Float64Var(&v.timeout, "timeout", 0, "collective timeout in seconds ("+joblaunch.TimeoutRange+", decimals allowed), passed to the ranks as COBRE_TCP_TIMEOUT_SECS or COBRE_SHM_TIMEOUT_SECS (default: the library's 60 s)")
 	fs.BoolVar(&v.raw, "raw", false, "run the workloads over a minimal relay instead of starcomm: the same bytes through the same TCP sockets via rank 0, with no framing, checks, timeouts or polling (the lower bound of a star; a baseline, not for use)")
 	fs.StringVar(&v.profile, "profile", "", "write each rank's CPU profile of the timed workloads to DIR/cpu-rank<R>.pprof (for go tool pprof); DIR must exist")
 	fs.StringVar(&v.trace, "trace", "", "write each rank's execution trace of the timed workloads to DIR/trace-rank<R>.out (for go tool trace); DIR must exist")
@@ -108,8 +110,8 @@ func parseArgs(args []string) (options, error) {
 		return options{}, errors.New("--raw is the relay over tcp; it does not combine with --backend shm")
 	case math.IsNaN(v.scale) || v.scale <= 0 || v.scale > maxRepeatsScale:
 		return options{}, fmt.Errorf("--repeats-scale must be a number > 0 and at most %d, got %v", maxRepeatsScale, v.scale)
-	case given["timeout"] && !(v.timeout >= 0.001 && v.timeout <= 31536000): // NaN too
-		return options{}, fmt.Errorf("--timeout must be a number of seconds in 0.001..31536000 (1 ms to a year, as COBRE_TCP_TIMEOUT_SECS), got %v", v.timeout)
+	case given["timeout"] && !joblaunch.TimeoutOK(v.timeout):
+		return options{}, fmt.Errorf("--timeout must be a number of seconds in %s, as COBRE_TCP_TIMEOUT_SECS, got %v", joblaunch.TimeoutRange, v.timeout)
 	}
 	for _, d := range []struct{ flag, dir string }{{"profile", v.profile}, {"trace", v.trace}} {
 		if d.dir == "" {

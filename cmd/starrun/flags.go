@@ -24,16 +24,6 @@ const (
 // --grace says otherwise.
 const defaultGrace = launch.DefaultGrace
 
-// The bounds of --timeout, in seconds: those of COBRE_TCP_TIMEOUT_SECS
-// and COBRE_SHM_TIMEOUT_SECS, which it sets (1 ms, the tcp transport's
-// least, to a year), so that a value the ranks would refuse is a usage
-// error here.
-const (
-	minTimeout   = 0.001
-	maxTimeout   = 31536000
-	timeoutRange = "0.001..31536000 (1 ms to a year)"
-)
-
 // synopsis is the one-line usage shown with every usage error.
 const synopsis = "usage: starrun -n N [--backend tcp|shm] [--port P] [--timeout S] [--bind ADDR] [--grace D] [--settle D] -- CMD [ARGS...]"
 
@@ -58,7 +48,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.IntVar(&cfg.n, "n", 0, "number of ranks to start (required, at least 1)")
 	fs.StringVar(&cfg.backend, "backend", launch.BackendTCP, "how the ranks talk: tcp (a coordinator on 127.0.0.1) or shm (a shared-memory segment named for the job, COBRE_SHM_NAME)")
 	fs.IntVar(&cfg.port, "port", 0, "coordinator TCP port passed as COBRE_TCP_PORT, 0..65535; 0 picks a free port")
-	fs.Var(&floatText{&cfg.timeout, &cfg.timeoutText}, "timeout", "collective timeout in `seconds`, decimals allowed, "+timeoutRange+", passed as COBRE_TCP_TIMEOUT_SECS (COBRE_SHM_TIMEOUT_SECS with --backend shm); unset if not given")
+	fs.Var(&floatText{&cfg.timeout, &cfg.timeoutText}, "timeout", "collective timeout in `seconds`, decimals allowed, "+launch.TimeoutRange+", passed as COBRE_TCP_TIMEOUT_SECS (COBRE_SHM_TIMEOUT_SECS with --backend shm); unset if not given")
 	fs.StringVar(&cfg.bind, "bind", "", "coordinator listen address passed as COBRE_TCP_BIND_ADDR; unset if not given")
 	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "time ranks get between SIGTERM and SIGKILL when the job is stopped")
 	fs.DurationVar(&cfg.settle, "settle", launch.DefaultSettle, "time the other ranks get to end on their own after the first one fails, before they are stopped")
@@ -88,8 +78,8 @@ func parseArgs(args []string) (config, error) {
 		return config{}, errors.New("--port and --bind are for --backend tcp; shm ranks use no socket")
 	case cfg.port < 0 || cfg.port > 65535:
 		return config{}, fmt.Errorf("--port must be in 0..65535 (0 picks a free port), got %d", cfg.port)
-	case given["timeout"] && !(cfg.timeout >= minTimeout && cfg.timeout <= maxTimeout): // NaN too
-		return config{}, fmt.Errorf("--timeout must be a number of seconds in %s, got %s", timeoutRange, cfg.timeoutText)
+	case given["timeout"] && !launch.TimeoutOK(cfg.timeout):
+		return config{}, fmt.Errorf("--timeout must be a number of seconds in %s, got %s", launch.TimeoutRange, cfg.timeoutText)
 	case given["bind"] && cfg.bind == "":
 		return config{}, errors.New("--bind must not be empty")
 	case cfg.grace < 0:

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/starcomm/starcomm"
+
+	"github.com/starcomm/starcomm/internal/launch"
 )
 
 func TestUsageErrors(t *testing.T) {
@@ -140,7 +142,7 @@ func TestParseArgs(t *testing.T) {
 // take: at both ends of the range, just beyond them, and in between.
 func TestTimeoutBoundsAreTheVariables(t *testing.T) {
 	t.Parallel()
-	values := []float64{minTimeout, maxTimeout, math.Nextafter(minTimeout, 0), math.Nextafter(maxTimeout, math.Inf(1)), 1.5, 7, 1e-9}
+	values := []float64{launch.MinTimeoutSecs, launch.MaxTimeoutSecs, math.Nextafter(launch.MinTimeoutSecs, 0), math.Nextafter(launch.MaxTimeoutSecs, math.Inf(1)), 1.5, 7, 1e-9}
 	for _, v := range values {
 		text := strconv.FormatFloat(v, 'g', -1, 64)
 		_, flagErr := parseArgs([]string{"-n", "2", "--timeout", text, "--", "prog"})

@@ -59,6 +59,20 @@ const DefaultGrace = 5 * time.Second
 // finishes printing its stack trace.
 const DefaultSettle = time.Second
 
+// The range of a launcher's --timeout flag, in seconds: that of the
+// variables it sets, COBRE_TCP_TIMEOUT_SECS and COBRE_SHM_TIMEOUT_SECS (1
+// ms, the tcp transport's least, to a year), so that a value the ranks
+// would refuse is a usage error of the launcher's.
+const (
+	MinTimeoutSecs = 0.001
+	MaxTimeoutSecs = 31536000
+	TimeoutRange   = "0.001..31536000 (1 ms to a year)"
+)
+
+// TimeoutOK reports whether secs is in MinTimeoutSecs..MaxTimeoutSecs
+// (NaN is not).
+func TimeoutOK(secs float64) bool { return secs >= MinTimeoutSecs && secs <= MaxTimeoutSecs }
+
 // drainTimeout bounds how long the launcher waits, after every rank has
 // exited, for their output pipes to reach end of file. Only a process that
 // left its rank's process group can keep a pipe open that long; the

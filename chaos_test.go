@@ -549,6 +549,50 @@ func TestChaosKill(t *testing.T) {
 	}
 }
 
+// TestChaosKillAfterContributing kills worker 1 (SIGKILL) once it has
+// entered a barrier that still waits for worker 3, which computes for 5 s,
+// with a 60 s timeout and the default 10 s liveness timeout. Rank 0 is not
+// reading worker 1's data link (it has its Ready): only the control
+// session's end, without the farewell of a rank that closes, tells. Ranks
+// 0 and 2 fail naming rank 1 ("process ended") within 2 s of the kill, far
+// before rank 3 arrives or the liveness timeout; rank 3's barrier, when it
+// comes, fails at once.
+func TestChaosKillAfterContributing(t *testing.T) {
+	skipUnlessChaos(t)
+	const (
+		size    = 4
+		victim  = 1
+		compute = 5 * time.Second
+	)
+	ctx := chaosWatchdog(t)
+	procs := startChaos(t, ctx, repeat("slow", size), "COBRE_TCP_TIMEOUT_SECS=60",
+		envSlowMillis+"="+strconv.Itoa(int(compute.Milliseconds())), envSlowIters+"=1")
+	for _, p := range procs[:3] {
+		p.await(t, ctx, "ENTER ")
+	}
+	killed := procs[victim].signal(t, os.Kill)
+	for _, p := range procs {
+		if p.rank == victim {
+			continue
+		}
+		res := parseResult(t, p.await(t, ctx, "RESULT "))
+		detect := res.at.Sub(killed)
+		t.Logf("detection rank=%d ms=%.1f call_ms=%s named=%s msg=%q", p.rank, ms(detect), res.fields["call_ms"], res.fields["rank"], res.msg)
+		assertFailedNaming(t, p, res, victim)
+		assert.Contains(t, res.msg, "process ended", "rank %d", p.rank)
+		if p.rank == size-1 {
+			assert.Less(t, res.int(t, "call_ms"), 500, "rank 3's barrier fails at once: %s", res.msg)
+		} else {
+			assert.Less(t, detect, 2*time.Second, "rank %d detected the kill late", p.rank)
+		}
+	}
+	for _, p := range procs {
+		if p.rank != victim {
+			assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+		}
+	}
+}
+
 // TestChaosStop hangs worker 3 with SIGSTOP while every rank loops barrier,
 // with a 2 s timeout: the coordinator's read deadline fires about 2 s after
 // the last barrier, and every other rank fails with CollectiveFailed naming

@@ -42,11 +42,17 @@ const (
 
 // slowChild runs one rank of the slow mode: envSlowIters barriers, the
 // last rank computing (spinning on the CPU, as a solver does) for
-// envSlowMillis before each. It prints "DONE iters=N" and exits 0, or
-// RESULT for the failure.
+// envSlowMillis before each. Every rank prints "ENTER iter=N" just before
+// it calls barrier N, once its control sessions are up. It prints
+// "DONE iters=N" and exits 0, or RESULT for the failure.
 func slowChild() int {
 	ctx := context.Background()
-	c, err := starcomm.FromEnv(ctx)
+	cfg, err := starcomm.ConfigFromEnv()
+	if err != nil {
+		return chaosReport("start", err, 0)
+	}
+	sessions := sessionsUp(&cfg, cfg.Liveness > 0)
+	c, err := starcomm.New(ctx, cfg)
 	if err != nil {
 		return chaosReport("start", err, 0)
 	}
@@ -57,6 +63,10 @@ func slowChild() int {
 		if c.Rank() == c.Size()-1 {
 			spin(compute)
 		}
+		for !sessions() {
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Printf("ENTER iter=%d\n", i)
 		begin := time.Now()
 		if err := c.Barrier(ctx); err != nil {
 			return chaosReport("slow", err, time.Since(begin))

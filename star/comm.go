@@ -324,14 +324,22 @@ func (c *Comm) unresponsive(peer int, silence time.Duration, lost error, stopped
 			}
 		}
 	}
+	c.declare(cause.Rank, cause, "peer unresponsive")
+}
+
+// declare fails this rank's current or next collective with cause, which
+// blames rank (logged as msg), unless something failed it first (see interrupt); the
+// coordinator also tells every other worker at once, over their control
+// sessions, whatever it is doing.
+func (c *Comm) declare(rank int, cause error, msg string) {
 	if !c.interrupt(cause) {
 		return
 	}
-	c.log(slog.LevelError, "peer unresponsive", "rank", cause.Rank, "silence", silence.Round(time.Millisecond), "cause", cause)
+	c.log(slog.LevelError, msg, "rank", rank, "cause", cause)
 	if co, ok := c.role.(*coordinator); ok {
 		op := c.currentOp()
-		reason := fmt.Sprintf("rank %d failed during %s (seen by rank 0): %v", cause.Rank, op, cause)
-		co.broadcastAbort(abortPayload(cause.Rank, op, cause, reason), cause.Rank, nil)
+		reason := fmt.Sprintf("rank %d failed during %s (seen by rank 0): %v", rank, op, cause)
+		co.broadcastAbort(abortPayload(rank, op, cause, reason), rank, nil)
 	}
 }
 
@@ -482,6 +490,18 @@ func (c *Comm) fail(ctx context.Context, op string, err error) error {
 		// this returns must have told those workers all the same.
 		oob = make(chan struct{}, len(co.workers))
 		noob = co.broadcastAbort(payload, -1, oob)
+	} else if w, ok := c.role.(*worker); ok && w.up.ctl.Load() != nil {
+		ctl := w.up.ctl.Load()
+		// The farewell: rank 0 must not take this process's exit, which
+		// may follow at once, for a crash (see control.listen).
+		oob = make(chan struct{}, 1)
+		by := time.Now().Add(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
+		if ctl.goUnlessStopped(func() {
+			ctl.bidFarewell(by)
+			oob <- struct{}{}
+		}) {
+			noob = 1
+		}
 	}
 	c.endLinks(payload, peer, err, oob, noob)
 	c.report(op, blame, out)
@@ -518,11 +538,14 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 		return &comm.CollectiveFailedError{Operation: op, Rank: 0, Message: "rank 0 shut the communicator down while this rank was in the collective (the ranks called different numbers of collectives)", Err: err}
 	}
 	var ur *UnresponsiveError
+	var ex *ExitedError
 	var de *DesyncError
 	var om *opMismatchError
 	switch {
 	case errors.As(err, &ur):
 		return &comm.CollectiveFailedError{Operation: op, Rank: ur.Rank, Message: ur.Error(), Err: ur}
+	case errors.As(err, &ex):
+		return &comm.CollectiveFailedError{Operation: op, Rank: ex.Rank, Message: ex.Error(), Err: ex}
 	case errors.As(err, &de):
 		return &comm.CollectiveFailedError{Operation: op, Rank: de.Rank, Message: de.Error(), Err: de}
 	case errors.As(err, &om):
@@ -549,8 +572,9 @@ const abortFlushMax = 200 * time.Millisecond
 // every Abort has been taken (by the system, or on an unbuffered
 // transport by the peer) and, where the transport tells (TCP on Linux),
 // sent, with everything written before it (see link.awaitUnsent), and the
-// noob control-session Aborts begun
-// before have each put their token in oob, or after abortFlushMax (or
+// noob control-session sends begun
+// before (the coordinator's Aborts, a worker's farewell) have each put
+// their token in oob, or after abortFlushMax (or
 // half ShutdownTimeout, if shorter); the Abort to a peer that timed out
 // is not waited for. The links then end in the background: an Abort not
 // taken yet keeps trying, and each link waits for its peer to close, up

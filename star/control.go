@@ -1,6 +1,7 @@
 package star
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -42,6 +43,23 @@ const (
 	msgCall  byte = 2 // worker to coordinator: a collective's fingerprint
 )
 
+// Bytes on the heartbeat stream: a heartbeat, and the farewell an end
+// writes when it ends its session on purpose (Close, or a failed
+// collective), so that its peer can tell that end from the end of a
+// process (see exitGrace).
+const (
+	hbBeat     byte = 0
+	hbFarewell byte = 1
+)
+
+// exitGrace is how long an end whose peer's control connection ended
+// without a farewell (its process ended: the system closed or reset the
+// connection) waits before it declares the peer gone: long enough for what
+// the peer's process said before it went (a worker's Abort on a data link
+// being read, the coordinator's Abort on the message stream) to arrive
+// first, short against any timeout.
+const exitGrace = 100 * time.Millisecond
+
 // maxMsg bounds a control message's body.
 const maxMsg = MaxAbortReason + 64
 
@@ -65,6 +83,11 @@ type control struct {
 	hb    *smux.Stream
 	msgs  *smux.Stream
 	heard atomic.Int64 // when the peer last showed life (unix nanoseconds)
+	// farewell is set once the peer's farewell was read; bade once this
+	// end wrote its own (hbmu orders that write against the beats').
+	farewell atomic.Bool
+	bade     bool
+	hbmu     sync.Mutex
 
 	stopped  chan struct{}
 	stopOnce sync.Once
@@ -101,12 +124,21 @@ func (ctl *control) start() {
 	}
 }
 
-// stop ends the session and waits for its goroutines.
+// stop ends the session, with a farewell unless the communicator failed,
+// and waits for its goroutines.
 func (ctl *control) stop() {
 	ctl.stopOnce.Do(func() {
 		ctl.gomu.Lock()
 		close(ctl.stopped)
 		ctl.gomu.Unlock()
+		ctl.c.stateMu.Lock()
+		failed := ctl.c.failed != nil
+		ctl.c.stateMu.Unlock()
+		if !failed {
+			// After a failure the worker said it already (see Comm.fail),
+			// and the coordinator's Aborts said more: Close is then at once.
+			ctl.bidFarewell(time.Now().Add(farewellWait))
+		}
 		_ = ctl.sess.Close()
 		_ = ctl.conn.Close()
 	})
@@ -141,7 +173,7 @@ func (ctl *control) beat() {
 	live := ctl.c.cfg.Liveness
 	t := time.NewTicker(live / 10)
 	defer t.Stop()
-	var b [1]byte
+	b := [1]byte{hbBeat}
 	for {
 		select {
 		case <-ctl.stopped:
@@ -149,17 +181,55 @@ func (ctl *control) beat() {
 		case <-t.C:
 		}
 		ctl.c.hook(hookBeat)
+		ctl.hbmu.Lock()
 		_ = ctl.hb.SetWriteDeadline(time.Now().Add(live))
-		if _, err := ctl.hb.Write(b[:]); err != nil {
+		_, err := ctl.hb.Write(b[:])
+		ctl.hbmu.Unlock()
+		if err != nil {
 			return // the peer's end notices the silence
 		}
 	}
 }
 
+// farewellWait bounds how long stop waits for its farewell to be written
+// and sent.
+const farewellWait = 100 * time.Millisecond
+
+// bidFarewell writes the farewell, once, within until, and waits, at most
+// until then, for the system to have sent it (where the conn tells): a
+// process that exits with heartbeats it received unread resets the
+// connection, and the system drops what it had not sent yet.
+func (ctl *control) bidFarewell(until time.Time) {
+	// A beat being written holds hbmu; it can block only while the
+	// peer reads nothing, and then the farewell would not get through
+	// either.
+	for !ctl.hbmu.TryLock() {
+		if !time.Now().Before(until) {
+			return
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	defer ctl.hbmu.Unlock()
+	if ctl.bade {
+		return
+	}
+	ctl.bade = true
+	_ = ctl.hb.SetWriteDeadline(until)
+	if _, err := ctl.hb.Write([]byte{hbFarewell}); err != nil {
+		return
+	}
+	if uc, ok := ctl.conn.(transport.UnsentCounter); ok {
+		awaitUnsent(uc, until)
+	}
+}
+
 // listen reads the peer's heartbeats and declares the peer unresponsive
 // once nothing has been heard from it for Liveness, whether the session
-// stays open and silent (a frozen process, a cut link) or ends (the
-// connection closed: the peer's data link will tell more, if it can).
+// stays open and silent (a frozen process, a cut link) or ends after the
+// peer's farewell (the peer closed, or failed: its data link will tell
+// more, if it can). A session that ends without the peer's farewell
+// (closed or reset by the peer's system) means that the peer's process
+// ended: after exitGrace the peer is declared gone (see exited).
 func (ctl *control) listen() {
 	live := ctl.c.cfg.Liveness
 	var buf [64]byte
@@ -171,9 +241,11 @@ func (ctl *control) listen() {
 		last := time.Unix(0, ctl.heard.Load())
 		_ = ctl.hb.SetReadDeadline(last.Add(live))
 		n, err := ctl.hb.Read(buf[:])
+		if n > 0 {
+			ctl.heardBytes(buf[:n])
+			continue
+		}
 		switch {
-		case n > 0:
-			ctl.heard.Store(time.Now().UnixNano())
 		case ctl.isStopped():
 			return
 		case err != nil && isTimeout(err):
@@ -185,6 +257,19 @@ func (ctl *control) listen() {
 			lost = err
 		}
 	}
+	// smux may report the connection's end while bytes that came before
+	// it are still buffered: a read returns those first.
+	for {
+		n, _ := ctl.hb.Read(buf[:])
+		if n == 0 {
+			break
+		}
+		ctl.heardBytes(buf[:n])
+	}
+	if !ctl.farewell.Load() && (errors.Is(lost, io.EOF) || peerGone(lost)) {
+		ctl.exited(lost)
+		return
+	}
 	// The session ended: silence from now on.
 	wait := time.NewTimer(time.Until(time.Unix(0, ctl.heard.Load()).Add(live)))
 	defer wait.Stop()
@@ -193,6 +278,39 @@ func (ctl *control) listen() {
 	case <-wait.C:
 		ctl.c.unresponsive(ctl.peer, time.Since(time.Unix(0, ctl.heard.Load())), fmt.Errorf("control connection lost: %w", lost), ctl.stopped)
 	}
+}
+
+// heardBytes records bytes read from the heartbeat stream.
+func (ctl *control) heardBytes(b []byte) {
+	ctl.heard.Store(time.Now().UnixNano())
+	if bytes.IndexByte(b, hbFarewell) >= 0 {
+		ctl.farewell.Store(true)
+	}
+}
+
+// exited declares the peer gone, its control connection having ended
+// (lost) without its farewell, once exitGrace has passed (or, on a worker,
+// the coordinator's messages are all read, if sooner), unless stop comes
+// first. An Abort that arrives meanwhile, or a collective that fails on
+// its own, wins (see Comm.interrupt).
+func (ctl *control) exited(lost error) {
+	grace := time.NewTimer(exitGrace)
+	defer grace.Stop()
+	select {
+	case <-ctl.stopped:
+		return
+	case <-grace.C:
+	}
+	if ctl.c.rank != 0 {
+		// The coordinator's last messages come before its end: an Abort
+		// among them names the rank really at fault.
+		select {
+		case <-ctl.stopped:
+			return
+		case <-ctl.msgsDone:
+		}
+	}
+	ctl.c.declare(ctl.peer, &ExitedError{Rank: ctl.peer, Err: lost}, "peer exited")
 }
 
 // readMessages reads the coordinator's messages on a worker.
@@ -375,6 +493,31 @@ func (e *UnresponsiveError) Is(target error) bool { return isTimeoutTarget(targe
 
 // Unwrap returns the error that ended the control connection, if any.
 func (e *UnresponsiveError) Unwrap() error { return e.Lost }
+
+// ExitedError is the cause when a rank's control connection ended without
+// the farewell that a rank writes when it closes or fails: its process
+// ended (it crashed, was killed, or exited without Close) and its system
+// closed or reset the connection. The rank that noticed fails its current
+// or next collective with it, exitGrace after the connection ended; the
+// coordinator tells the other workers, whose Abort has the cause "eof".
+// It matches io.EOF in errors.Is (as a crash seen on a data link does).
+type ExitedError struct {
+	// Rank is the rank whose process ended.
+	Rank int
+	// Err is how its control connection ended: io.EOF, or a reset.
+	Err error
+}
+
+// Error names the rank and says how it went.
+func (e *ExitedError) Error() string {
+	return fmt.Sprintf("rank %d's process ended: its control connection closed without a farewell (it crashed, was killed, or exited without Close): %v", e.Rank, e.Err)
+}
+
+// Unwrap returns how the control connection ended.
+func (e *ExitedError) Unwrap() error { return e.Err }
+
+// Is matches io.EOF, whatever ended the connection.
+func (e *ExitedError) Is(target error) bool { return target == io.EOF }
 
 // remoteUnresponsive stands for a rank found unresponsive by another rank
 // (an Abort's cause "unresponsive").

@@ -198,11 +198,14 @@ func (co *coordinator) stop() {
 	if co.gate != nil {
 		co.gate.stop()
 	}
+	// At once: each waits for its farewell to be sent.
+	var wg sync.WaitGroup
 	for _, l := range co.workers {
 		if ctl := l.ctl.Load(); ctl != nil {
-			ctl.stop()
+			wg.Go(ctl.stop)
 		}
 	}
+	wg.Wait()
 }
 
 // fan hands req to each of links, to run concurrently on their goroutines,

@@ -333,7 +333,21 @@
 //     that says rank 0 is unresponsive makes the coordinator, which is plainly alive, name that worker: the silence
 //     is on its side. smux's own keep-alive is off: it checks once per
 //     interval, so it notices silence only after one to two intervals, and
-//     its error is not os.ErrDeadlineExceeded.
+//     its error is not os.ErrDeadlineExceeded. An end that ends its
+//     session on purpose (Close, or a worker's failed collective, whose
+//     process may exit the moment it returns) first writes a farewell
+//     (the byte 1; heartbeats are 0) and waits, at most 100 ms (200 ms in
+//     a failing collective), until the system has sent it. A session
+//     that ends without one (EOF or a reset) means that the peer's process
+//     ended: after exitGrace (100 ms, so that what the process said
+//     before it went arrives first: an Abort on a data link being read,
+//     the coordinator's Abort on the message stream) every collective of
+//     the rank that notices, current or next, fails naming it, wrapping
+//     an *ExitedError (errors.Is io.EOF), and the coordinator tells every
+//     other worker. That is how a rank that dies after it has contributed
+//     to the running collective, or between collectives, is found at once
+//     rather than after Liveness. After a farewell the session's end
+//     counts as silence.
 //   - messages: LEN u32 BE (bytes of KIND and BODY), KIND u8, BODY. The
 //     coordinator sends every Abort here too (kind 1, an Abort frame's
 //     payload), before the data links' Aborts: a worker in the middle of

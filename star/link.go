@@ -1047,12 +1047,17 @@ func (l *link) sendFinal(tag byte, payload []byte, until time.Time) error {
 // with bytes unread (the rest of rank 0's reply) resets the connection and
 // the system drops what it had not sent.
 func (l *link) awaitUnsent(by time.Time) {
-	if l.uc == nil {
-		return
+	if l.uc != nil {
+		awaitUnsent(l.uc, by)
 	}
+}
+
+// awaitUnsent waits until uc has nothing unsent, or until by, or until it
+// cannot tell.
+func awaitUnsent(uc transport.UnsentCounter, by time.Time) {
 	pause := 20 * time.Microsecond
 	for {
-		n, err := l.uc.Unsent()
+		n, err := uc.Unsent()
 		left := time.Until(by)
 		if err != nil || n == 0 || left <= 0 {
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -20,24 +21,31 @@ import (
 // on the fake clock only. In each fault row the failing rank (the last worker,
 // or the coordinator) meets its fault after the warm-up and then computes
 // for two liveness timeouts before it calls the collective; every other
-// rank calls it at once. Every survivor must fail within [0.9, 1] liveness
-// timeouts + 1 s (silence counts from the last heartbeat heard, up to a
-// tenth of the timeout before the fault), naming the failing rank, with a
-// cause that says "unresponsive" and matches os.ErrDeadlineExceeded;
-// its next collective fails at once.
+// rank calls it at once. Its next collective fails at once.
 //
 //   - live-freeze: the whole process freezes (faulty's WholeRank Hang: no
 //     data, no heartbeats, on both of its connections).
-//   - live-cut-control: only its control connection(s) are cut (faulty's
-//     Crash with Control): the data links still work, but nothing watches
-//     the rank any more.
 //   - live-drop-heartbeats: its control connection(s) stay open but carry
-//     nothing (faulty's Hang with Control).
+//     nothing (faulty's Hang with Control): a cut link that sends no RST.
+//   - live-close-control: only its control connection(s) close, without
+//     the farewell a rank sends when it closes or fails (faulty's Crash
+//     with Control), as they do when its process ends: its data links
+//     still work, and it is computing, so only the control session can
+//     tell.
 //   - live-compute (no fault): the failing rank computes for 10 minutes
 //     before the collective, the links idle as long: every rank succeeds.
+//
+// In the first two every survivor must fail within [0.9, 1] liveness
+// timeouts + 1 s (silence counts from the last heartbeat heard, up to a
+// tenth of the timeout before the fault), naming the failing rank, with a
+// cause that says "unresponsive" and matches os.ErrDeadlineExceeded. In
+// live-close-control every survivor must fail within 1 s (the grace
+// before a connection's end is taken for the process's, plus a failing
+// rank's bounded wait for its Aborts), naming the failing rank, with a
+// cause that says "process ended" and matches io.EOF.
 const (
 	liveFreeze   = "live-freeze"
-	liveCut      = "live-cut-control"
+	liveClose    = "live-close-control"
 	liveDrop     = "live-drop-heartbeats"
 	liveCompute  = "live-compute"
 	liveTimeout  = time.Hour
@@ -51,7 +59,7 @@ func liveCells() []Cell {
 		for _, side := range []string{"worker", "coordinator"} {
 			cells = append(cells,
 				Cell{faulty.Hang, op, side, liveFreeze},
-				Cell{faulty.Crash, op, side, liveCut},
+				Cell{faulty.Crash, op, side, liveClose},
 				Cell{faulty.Hang, op, side, liveDrop},
 				Cell{0, op, side, liveCompute})
 		}
@@ -157,14 +165,26 @@ func runLiveCell(t *testing.T, cell Cell) {
 		if o.err == nil {
 			continue
 		}
-		if !errors.Is(o.err, os.ErrDeadlineExceeded) {
-			t.Errorf("rank %d: cause is not a deadline: %v", r, o.err)
-		}
-		if !strings.Contains(o.err.Error(), "unresponsive") {
-			t.Errorf("rank %d: the error does not say unresponsive: %v", r, o.err)
-		}
-		if lo, hi := liveLiveness*9/10, liveLiveness+time.Second; o.took < lo || o.took > hi {
-			t.Errorf("rank %d: failed after %v, want within [%v, %v]", r, o.took, lo, hi)
+		if cell.When == liveClose {
+			if !errors.Is(o.err, io.EOF) {
+				t.Errorf("rank %d: cause is not io.EOF: %v", r, o.err)
+			}
+			if !strings.Contains(o.err.Error(), "process ended") {
+				t.Errorf("rank %d: the error does not say the process ended: %v", r, o.err)
+			}
+			if o.took > time.Second {
+				t.Errorf("rank %d: failed after %v, want within 1s", r, o.took)
+			}
+		} else {
+			if !errors.Is(o.err, os.ErrDeadlineExceeded) {
+				t.Errorf("rank %d: cause is not a deadline: %v", r, o.err)
+			}
+			if !strings.Contains(o.err.Error(), "unresponsive") {
+				t.Errorf("rank %d: the error does not say unresponsive: %v", r, o.err)
+			}
+			if lo, hi := liveLiveness*9/10, liveLiveness+time.Second; o.took < lo || o.took > hi {
+				t.Errorf("rank %d: failed after %v, want within [%v, %v]", r, o.took, lo, hi)
+			}
 		}
 		if o.after == nil {
 			t.Errorf("rank %d: a collective after the failure succeeded", r)

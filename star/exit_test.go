@@ -1,0 +1,195 @@
+package star_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/testkit"
+	"github.com/starcomm/starcomm/transport/faulty"
+)
+
+// The end of a process, as the control session sees it: its system closes
+// (or resets) the control connection, with no farewell before. On the fake
+// clock, over pipes; faulty's whole-rank Crash closes every connection of
+// a rank at once, as an exit does.
+
+// startScripted starts size ranks in the current bubble with the control
+// session on (liveness 10 s), a collective timeout of an hour, and s's
+// faults.
+func startScripted(t *testing.T, size int, s *faulty.Script) []comm.Communicator {
+	t.Helper()
+	return inBubble(t, size, func(c *star.Config) {
+		c.Timeout, c.Liveness = time.Hour, 10*time.Second
+		if c.Listener != nil {
+			c.Listener = s.WrapListener(c.Listener)
+		}
+		if c.Dialer != nil {
+			c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+		}
+	})
+}
+
+// TestExitAfterContributing: rank 1's process ends after it has entered a
+// barrier that still waits for rank 3, which computes for a minute. Rank 0
+// is not reading rank 1's data link (it has its Ready), so only the
+// control session can tell: every survivor fails within a second, naming
+// rank 1, with a cause that matches io.EOF and says the process ended, and
+// rank 3's barrier, when it comes, fails at once. Before the farewell
+// existed this took the liveness timeout (10 s). The same for rank 0's
+// end, which rank 3, out of any collective, learns from its control
+// session alone.
+func TestExitAfterContributing(t *testing.T) {
+	for _, victim := range []int{1, 0} {
+		t.Run(map[int]string{1: "worker", 0: "coordinator"}[victim], func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: victim, Link: -1, Manual: true, WholeRank: true})
+				comms := startScripted(t, 4, s)
+				defer testkit.CloseAll(comms)
+				ctx := context.Background()
+				for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
+					require.NoError(t, err, "warm-up, rank %d", r)
+				}
+				synctest.Wait() // every control session is up
+
+				errs := make([]error, 4)
+				took := make([]time.Duration, 4)
+				begin := time.Now()
+				done := make(chan int, 4)
+				for r := range 3 {
+					go func() {
+						errs[r] = comms[r].Barrier(ctx)
+						took[r] = time.Since(begin)
+						done <- r
+					}()
+				}
+				synctest.Wait() // ranks 0, 1 and 2 wait in the barrier
+				s.Fire(victim)  // the victim's process ends
+				exited := time.Now()
+				for range 2 {
+					<-done
+				}
+				time.Sleep(time.Minute - time.Since(begin)) // rank 3 computes
+				errs[3] = comms[3].Barrier(ctx)
+				took[3] = time.Since(begin) - time.Minute
+				<-done // the victim's own barrier ends too
+
+				for r := range 4 {
+					if r == victim {
+						continue
+					}
+					collectiveFailed(t, errs[r], victim)
+					assert.ErrorIs(t, errs[r], io.EOF, "rank %d", r)
+					switch {
+					case r == 3:
+						assert.Less(t, took[3], time.Millisecond, "rank 3's barrier fails at once: %v", errs[3])
+						assert.Contains(t, errs[r].Error(), "process ended", "rank %d", r)
+					case victim == 0:
+						// Workers in the barrier read their data links:
+						// they see rank 0's end there, at once.
+						assert.Less(t, took[r]-exited.Sub(begin), time.Millisecond, "rank %d: %v", r, errs[r])
+					default:
+						assert.Less(t, took[r]-exited.Sub(begin), time.Second, "rank %d: %v", r, errs[r])
+						assert.Contains(t, errs[r].Error(), "process ended", "rank %d", r)
+					}
+				}
+				// The rank that noticed it on its control session: rank 0,
+				// or rank 3 (out of any collective) for rank 0's end.
+				noticer := 0
+				if victim == 0 {
+					noticer = 3
+				}
+				var ex *star.ExitedError
+				require.ErrorAs(t, errs[noticer], &ex, "rank %d noticed it itself", noticer)
+				assert.Equal(t, victim, ex.Rank)
+			})
+		})
+	}
+}
+
+// TestFarewellOnClose: rank 0 closes while rank 1 still computes (the
+// ranks called different numbers of collectives). Rank 0 ends its control
+// session with a farewell, so rank 1, calling a barrier 5 s later, learns
+// what its data link says (over TCP rank 0's Shutdown, over unbuffered
+// pipes a closed link), not that rank 0's process ended.
+func TestFarewellOnClose(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		s := faulty.NewScript()
+		comms := startScripted(t, 3, s)
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
+			require.NoError(t, err, "warm-up, rank %d", r)
+		}
+		synctest.Wait()
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			_ = comms[2].Close()
+		}()
+		_ = comms[0].Close() // rank 1 never takes its Shutdown: an error naming it
+		<-closed
+		time.Sleep(5 * time.Second)
+		err := comms[1].Barrier(ctx)
+		collectiveFailed(t, err, 0)
+		var ex *star.ExitedError
+		assert.False(t, errors.As(err, &ex), "rank 0 closed, its process did not end: %v", err)
+		assert.NotContains(t, err.Error(), "process ended")
+	})
+}
+
+// TestFarewellOnFailure: rank 1's barrier fails on its own (its context is
+// cancelled) while rank 0 waits for rank 2, and its process exits the
+// instant it sees the error (a whole-rank Crash). Rank 1 said farewell
+// before its collective returned, so rank 0 does not take the exit for a
+// crash: when rank 2 arrives, rank 0's write to rank 1 fails, and both
+// name rank 1 from what the data links say.
+func TestFarewellOnFailure(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 1, Link: -1, Manual: true, WholeRank: true})
+		comms := startScripted(t, 3, s)
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
+			require.NoError(t, err, "warm-up, rank %d", r)
+		}
+		synctest.Wait()
+		errs := make([]error, 3)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			errs[0] = comms[0].Barrier(ctx)
+		}()
+		cctx, cancel := context.WithCancel(ctx)
+		failed := make(chan struct{})
+		go func() {
+			defer close(failed)
+			errs[1] = comms[1].Barrier(cctx)
+			s.Fire(1) // exit the instant the collective fails
+		}()
+		synctest.Wait() // ranks 0 and 1 wait in the barrier
+		cancel()
+		<-failed
+		require.ErrorIs(t, errs[1], context.Canceled)
+		time.Sleep(5 * time.Second) // rank 2 computes
+		errs[2] = comms[2].Barrier(ctx)
+		<-done
+		if errs[2] == nil {
+			// Rank 0 had sent rank 2 its Go before its write to rank 1
+			// failed: rank 2 learns in its next collective.
+			errs[2] = comms[2].Barrier(ctx)
+		}
+		for _, r := range []int{0, 2} {
+			collectiveFailed(t, errs[r], 1)
+			assert.NotContains(t, errs[r].Error(), "process ended", "rank %d: rank 1 failed before it exited", r)
+		}
+	})
+}

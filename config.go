@@ -461,6 +461,9 @@ func (c Config) rankRules(b string, name func(string) string) []rankProblem {
 		// Whether the file can be read or not: both are set.
 		ps = append(ps, rankProblem{EnvTokenFile, fmt.Sprintf("%s is set too: give the token in %s or in %s, not both", name(EnvToken), name(EnvToken), name(EnvTokenFile)), []string{EnvToken}})
 	}
+	if most := map[string]int{BackendTCP: star.MaxSize, BackendShm: shm.MaxSize}[b]; most > 0 && c.Size > most {
+		ps = append(ps, rankProblem{EnvSize, fmt.Sprintf("must be at most %d with the %s backend", most, b), []string{EnvSize}})
+	}
 	switch b {
 	case BackendTCP, BackendShm:
 		if c.Rank >= c.Size {

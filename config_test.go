@@ -148,6 +148,36 @@ func TestConfigBadValues(t *testing.T) {
 	assert.ErrorContains(t, err, "COBRE_TCP_TIMEOUT_SECS")
 }
 
+// TestConfigSizeBounds: COBRE_TCP_SIZE is refused at parse time above
+// what its backend supports (star.MaxSize for tcp, shm.MaxSize for shm),
+// the message naming the bound and the backend; the bound itself passes,
+// and star.New and shm.New would refuse one more.
+func TestConfigSizeBounds(t *testing.T) {
+	for _, tc := range []struct {
+		backend string
+		env     map[string]string
+		most    int
+	}{
+		{"tcp", map[string]string{"COBRE_TCP_COORDINATOR": "h", "COBRE_TCP_RANK": "1"}, star.MaxSize},
+		{"shm", map[string]string{"COBRE_SHM_NAME": "seg", "COBRE_TCP_RANK": "1"}, shm.MaxSize},
+	} {
+		t.Run(tc.backend, func(t *testing.T) {
+			tc.env["COBRE_TCP_SIZE"] = strconv.Itoa(tc.most)
+			cfg, err := starcomm.ConfigFromLookup(lookup(tc.env))
+			require.NoError(t, err)
+			assert.Equal(t, tc.most, cfg.Size)
+			over := strconv.Itoa(tc.most + 1)
+			tc.env["COBRE_TCP_SIZE"] = over
+			_, err = starcomm.ConfigFromLookup(lookup(tc.env))
+			var ic *starcomm.InvalidConfigurationError
+			require.ErrorAs(t, err, &ic)
+			assert.Equal(t, "COBRE_TCP_SIZE", ic.Var)
+			assert.Equal(t, over, ic.Value)
+			assert.Equal(t, fmt.Sprintf("must be at most %d with the %s backend", tc.most, tc.backend), ic.Allowed)
+		})
+	}
+}
+
 // TestConfigDurationBounds: every duration variable is refused, at parse
 // time, outside the range its row states, with an
 // *InvalidConfigurationError naming the variable, the value as given and

@@ -38,8 +38,9 @@ const DefaultConnectTimeout = 30 * time.Second
 // the name and a region suffix) must fit the file system's 255 bytes.
 const MaxNameLen = 200
 
-// maxRanks bounds Size: ranks are stored in 16 bits of the abort word.
-const maxRanks = 1 << 15
+// MaxSize bounds CommConfig.Size: ranks are stored in 16 bits of the
+// abort word.
+const MaxSize = 1 << 15
 
 // filePrefix starts the name of every file starcomm puts in Dir.
 const filePrefix = "starcomm-"
@@ -217,8 +218,8 @@ func (c CommConfig) Validate() error {
 		errs = append(errs, fmt.Sprintf("Name %q %s", c.Name, why))
 	}
 	switch {
-	case c.Size < 1 || c.Size > maxRanks:
-		errs = append(errs, fmt.Sprintf("Size is %d; it must be in 1..%d", c.Size, maxRanks))
+	case c.Size < 1 || c.Size > MaxSize:
+		errs = append(errs, fmt.Sprintf("Size is %d; it must be in 1..%d", c.Size, MaxSize))
 	case c.Rank < 0 || c.Rank >= c.Size:
 		errs = append(errs, fmt.Sprintf("Rank is %d; it must be in 0..%d for Size %d", c.Rank, c.Size-1, c.Size))
 	}

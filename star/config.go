@@ -8,11 +8,14 @@ import (
 	"github.com/starcomm/starcomm/transport"
 )
 
+// MaxSize is the largest Size a communicator may have.
+const MaxSize = 1 << 20
+
 // Config configures one rank of a star communicator.
 type Config struct {
 	// Rank is this process's rank, 0..Size-1. Rank 0 is the coordinator.
 	Rank int
-	// Size is the number of ranks (>= 1).
+	// Size is the number of ranks, 1..MaxSize.
 	Size int
 	// Timeout bounds every read and write of a collective, polled or not
 	// (each call moves at most 4 MiB): a peer that lets nothing move for
@@ -173,8 +176,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("star: Size is %d; it must be at least 1", c.Size)
 	case c.Rank < 0 || c.Rank >= c.Size:
 		return fmt.Errorf("star: Rank is %d; it must be in 0..%d for Size %d", c.Rank, c.Size-1, c.Size)
-	case c.Size > 1<<20:
-		return fmt.Errorf("star: Size is %d; at most %d ranks are supported", c.Size, 1<<20)
+	case c.Size > MaxSize:
+		return fmt.Errorf("star: Size is %d; at most %d ranks are supported", c.Size, MaxSize)
 	case c.Timeout < 0:
 		return fmt.Errorf("star: Timeout is %v; it must be positive", c.Timeout)
 	case c.ConnectTimeout < 0:

@@ -50,6 +50,7 @@ var causes = map[string]error{
 	"refused":        errRefusedRemote,
 	"running":        errRunningRemote,
 	"unresponsive":   remoteUnresponsive{},
+	"exited":         remoteExited{},
 	"desync":         ErrDesync,
 	"auth":           ErrAuthentication,
 }
@@ -83,6 +84,8 @@ func causeName(err error) string {
 	switch {
 	case errors.As(err, &ur) || errors.As(err, &ru):
 		return "unresponsive"
+	case isExited(err):
+		return "exited"
 	case errors.Is(err, ErrDesync):
 		return "desync"
 	case errors.Is(err, ErrAuthentication):

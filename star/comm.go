@@ -41,6 +41,9 @@ type Comm struct {
 	// unresponsive, an out-of-band Abort): it fails the running collective
 	// (whose links it cancels) or the next one.
 	pending error
+	// pendingAfter, when not 0, keeps pending for the collectives numbered
+	// after it (see interruptAfter).
+	pendingAfter uint64
 	// seq counts the collectives begun; op and opStart are the running
 	// one's, for reports.
 	seq     uint64
@@ -274,20 +277,37 @@ func (c *Comm) begin(ctx context.Context, op string) (pending, err error) {
 	c.running = true
 	c.seq++
 	c.op, c.opStart = op, time.Now()
+	if c.seq <= c.pendingAfter {
+		return nil, nil // the pending failure is for later collectives
+	}
 	return c.pending, nil
 }
 
 // interrupt fails the running collective with cause (cancelling its
 // links), or, when none runs, the next one. It reports whether it took
 // effect: not after a failure, a Close, or an earlier interrupt.
-func (c *Comm) interrupt(cause error) bool {
+func (c *Comm) interrupt(cause error) bool { return c.interruptAfter(0, cause) }
+
+// interruptAfter fails the collectives numbered after `after` with cause
+// (0: every one): the running collective if it is one of them (cancelling
+// its links), else the next one that is. A collective whose result the
+// coordinator has sent in full does not fail for what came later: a
+// worker may still be reading that result, or not have called it yet. It
+// reports whether it took effect: not after a failure, a Close, or an
+// earlier interrupt (unless that one spares the running collective and
+// this one does not: it then takes that one's place).
+func (c *Comm) interruptAfter(after uint64, cause error) bool {
 	c.stateMu.Lock()
 	defer c.stateMu.Unlock()
-	if c.failed != nil || c.closed || c.pending != nil {
+	if c.failed != nil || c.closed {
 		return false
 	}
-	c.pending = cause
-	if c.running {
+	hits := c.running && c.seq > after
+	if c.pending != nil && !(hits && c.seq <= c.pendingAfter) {
+		return false
+	}
+	c.pending, c.pendingAfter = cause, after
+	if hits {
 		c.cancelLinks(cause)
 	}
 	return true
@@ -328,18 +348,36 @@ func (c *Comm) unresponsive(peer int, silence time.Duration, lost error, stopped
 }
 
 // declare fails this rank's current or next collective with cause, which
-// blames rank (logged as msg), unless something failed it first (see interrupt); the
-// coordinator also tells every other worker at once, over their control
-// sessions, whatever it is doing.
+// blames rank (logged as msg), unless something failed it first (see
+// interrupt); the coordinator also tells every other worker at once, over
+// their control sessions, whatever it is doing.
+//
+// On the coordinator, a worker that already has its result of the latest
+// collective (the running one, or the last one when none runs) is not
+// needed by that collective any more: a worker that exits without Close
+// the moment its last collective returns must not fail the others', some
+// of whom may still be reading their result, or not have called it yet.
+// The failure is then for the collectives after that one, on every rank.
 func (c *Comm) declare(rank int, cause error, msg string) {
-	if !c.interrupt(cause) {
+	co, isCo := c.role.(*coordinator)
+	c.stateMu.Lock()
+	after, during := c.seq, false // the collectives after the latest
+	if c.running && (!isCo || rank <= 0 || rank >= c.size || co.byRank[rank].prog.done.Load() != c.seq) {
+		after, during = c.seq-1, true // the running collective still needs it
+	}
+	c.stateMu.Unlock()
+	if !c.interruptAfter(after, cause) {
 		return
 	}
 	c.log(slog.LevelError, msg, "rank", rank, "cause", cause)
-	if co, ok := c.role.(*coordinator); ok {
+	if isCo {
 		op := c.currentOp()
-		reason := fmt.Sprintf("rank %d failed during %s (seen by rank 0): %v", rank, op, cause)
-		co.broadcastAbort(abortPayload(rank, op, cause, reason), rank, nil)
+		verb := "after"
+		if during {
+			verb = "during"
+		}
+		reason := fmt.Sprintf("rank %d failed %s %s (seen by rank 0): %v", rank, verb, op, cause)
+		co.broadcastAbort(after, abortPayload(rank, op, cause, reason), rank, nil)
 	}
 }
 
@@ -489,17 +527,20 @@ func (c *Comm) fail(ctx context.Context, op string, err error) error {
 		// short carries no Abort, and a process that exits the instant
 		// this returns must have told those workers all the same.
 		oob = make(chan struct{}, len(co.workers))
-		noob = co.broadcastAbort(payload, -1, oob)
+		noob = co.broadcastAbort(c.seq-min(c.seq, 1), payload, -1, oob)
 	} else if w, ok := c.role.(*worker); ok && w.up.ctl.Load() != nil {
 		ctl := w.up.ctl.Load()
 		// The farewell: rank 0 must not take this process's exit, which
 		// may follow at once, for a crash (see control.listen).
+		// Not waited for when rank 0 let nothing move for the timeout:
+		// it will hardly take the farewell now (as endLinks does not
+		// wait for its Abort).
 		oob = make(chan struct{}, 1)
 		by := time.Now().Add(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
 		if ctl.goUnlessStopped(func() {
-			ctl.bidFarewell(by)
+			ctl.bidFarewell(by, ctl.stopped)
 			oob <- struct{}{}
-		}) {
+		}) && !isTimeout(err) {
 			noob = 1
 		}
 	}
@@ -532,6 +573,13 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 			// or its process), as rank 0 tells the others.
 			blamed = ab.From
 			return &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("rank %d lost contact with rank 0 (rank 0 is responsive): %s", ab.From, ab.Reason), Err: ab}
+		}
+		if _, exited := ab.Cause.(remoteExited); exited && c.rank == 0 && blamed == 0 && ab.From != 0 {
+			// A worker's control connection to rank 0 ended, while rank
+			// 0's process runs to read this: the connection was cut on
+			// that worker's side, or on the way.
+			blamed = ab.From
+			return &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("rank %d lost its control connection to rank 0 (rank 0's process is running): %s", ab.From, ab.Reason), Err: ab}
 		}
 		return &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("aborted by rank %d: %s", ab.From, ab.Reason), Err: ab}
 	case errors.Is(err, ErrShutdown):

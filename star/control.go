@@ -39,8 +39,17 @@ func EncodeControl(rank, size int) []byte {
 
 // Message kinds on the control session's message stream.
 const (
-	msgAbort byte = 1 // coordinator to worker: an Abort frame's payload
+	// msgAbort, coordinator to worker: an Abort frame's payload, for the
+	// worker's running or next collective (as coordinators before
+	// msgAbortAfter sent it; still understood).
+	msgAbort byte = 1
 	msgCall  byte = 2 // worker to coordinator: a collective's fingerprint
+	// msgAbortAfter, coordinator to worker: a collective's sequence
+	// number (u64 BE; 0: none), then an Abort frame's payload, for the
+	// worker's collectives after that one (see Comm.interruptAfter): the
+	// coordinator's Aborts, which leave alone a collective whose result
+	// it has sent in full.
+	msgAbortAfter byte = 3
 )
 
 // Bytes on the heartbeat stream: a heartbeat, and the farewell an end
@@ -84,10 +93,11 @@ type control struct {
 	msgs  *smux.Stream
 	heard atomic.Int64 // when the peer last showed life (unix nanoseconds)
 	// farewell is set once the peer's farewell was read; bade once this
-	// end wrote its own (hbmu orders that write against the beats').
+	// end wrote its own. hbmu (a lock: a token in it) orders the writes
+	// on the heartbeat stream; bade is read and written under it.
 	farewell atomic.Bool
 	bade     bool
-	hbmu     sync.Mutex
+	hbmu     chan struct{}
 
 	stopped  chan struct{}
 	stopOnce sync.Once
@@ -109,7 +119,7 @@ type control struct {
 // newControl wraps an established session.
 func newControl(c *Comm, peer int, conn transport.Conn, sess *smux.Session, hb, msgs *smux.Stream) *control {
 	ctl := &control{c: c, peer: peer, conn: conn, sess: sess, hb: hb, msgs: msgs, stopped: make(chan struct{}),
-		aborted: make(chan struct{}, 1), msgsDone: make(chan struct{})}
+		aborted: make(chan struct{}, 1), msgsDone: make(chan struct{}), hbmu: make(chan struct{}, 1)}
 	ctl.heard.Store(time.Now().UnixNano())
 	return ctl
 }
@@ -137,7 +147,7 @@ func (ctl *control) stop() {
 		if !failed {
 			// After a failure the worker said it already (see Comm.fail),
 			// and the coordinator's Aborts said more: Close is then at once.
-			ctl.bidFarewell(time.Now().Add(farewellWait))
+			ctl.bidFarewell(time.Now().Add(farewellWait), nil)
 		}
 		_ = ctl.sess.Close()
 		_ = ctl.conn.Close()
@@ -181,10 +191,14 @@ func (ctl *control) beat() {
 		case <-t.C:
 		}
 		ctl.c.hook(hookBeat)
-		ctl.hbmu.Lock()
+		select {
+		case ctl.hbmu <- struct{}{}:
+		case <-ctl.stopped:
+			return
+		}
 		_ = ctl.hb.SetWriteDeadline(time.Now().Add(live))
 		_, err := ctl.hb.Write(b[:])
-		ctl.hbmu.Unlock()
+		<-ctl.hbmu
 		if err != nil {
 			return // the peer's end notices the silence
 		}
@@ -198,18 +212,26 @@ const farewellWait = 100 * time.Millisecond
 // bidFarewell writes the farewell, once, within until, and waits, at most
 // until then, for the system to have sent it (where the conn tells): a
 // process that exits with heartbeats it received unread resets the
-// connection, and the system drops what it had not sent yet.
-func (ctl *control) bidFarewell(until time.Time) {
+// connection, and the system drops what it had not sent yet. It gives up
+// when quit (nil: never) closes first.
+func (ctl *control) bidFarewell(until time.Time, quit <-chan struct{}) {
 	// A beat being written holds hbmu; it can block only while the
 	// peer reads nothing, and then the farewell would not get through
 	// either.
-	for !ctl.hbmu.TryLock() {
-		if !time.Now().Before(until) {
+	select {
+	case ctl.hbmu <- struct{}{}:
+	default:
+		wait := time.NewTimer(time.Until(until))
+		defer wait.Stop()
+		select {
+		case ctl.hbmu <- struct{}{}:
+		case <-wait.C:
+			return
+		case <-quit:
 			return
 		}
-		time.Sleep(50 * time.Microsecond)
 	}
-	defer ctl.hbmu.Unlock()
+	defer func() { <-ctl.hbmu }()
 	if ctl.bade {
 		return
 	}
@@ -219,7 +241,7 @@ func (ctl *control) bidFarewell(until time.Time) {
 		return
 	}
 	if uc, ok := ctl.conn.(transport.UnsentCounter); ok {
-		awaitUnsent(uc, until)
+		awaitUnsent(uc, until, quit)
 	}
 }
 
@@ -240,7 +262,7 @@ func (ctl *control) listen() {
 		}
 		last := time.Unix(0, ctl.heard.Load())
 		_ = ctl.hb.SetReadDeadline(last.Add(live))
-		n, err := ctl.hb.Read(buf[:])
+		n, err := settled{ctl.hb}.Read(buf[:])
 		if n > 0 {
 			ctl.heardBytes(buf[:n])
 			continue
@@ -257,15 +279,6 @@ func (ctl *control) listen() {
 			lost = err
 		}
 	}
-	// smux may report the connection's end while bytes that came before
-	// it are still buffered: a read returns those first.
-	for {
-		n, _ := ctl.hb.Read(buf[:])
-		if n == 0 {
-			break
-		}
-		ctl.heardBytes(buf[:n])
-	}
 	if !ctl.farewell.Load() && (errors.Is(lost, io.EOF) || peerGone(lost)) {
 		ctl.exited(lost)
 		return
@@ -278,6 +291,22 @@ func (ctl *control) listen() {
 	case <-wait.C:
 		ctl.c.unresponsive(ctl.peer, time.Since(time.Unix(0, ctl.heard.Load())), fmt.Errorf("control connection lost: %w", lost), ctl.stopped)
 	}
+}
+
+// settled reads a stream of the session so that the bytes that came
+// before the connection's end are read before its error: smux's reader,
+// when both are ready, may report the end first while such bytes are
+// still buffered, and a second read returns those first.
+type settled struct{ s *smux.Stream }
+
+func (r settled) Read(p []byte) (int, error) {
+	n, err := r.s.Read(p)
+	if n == 0 && err != nil && len(p) > 0 && !isTimeout(err) {
+		if n, _ := r.s.Read(p); n > 0 {
+			return n, nil
+		}
+	}
+	return n, err
 }
 
 // heardBytes records bytes read from the heartbeat stream.
@@ -322,12 +351,17 @@ func (ctl *control) readMessages() {
 			return
 		}
 		ctl.heard.Store(time.Now().UnixNano())
-		if kind == msgAbort {
+		switch {
+		case kind == msgAbortAfter && len(body) >= 8:
+			ctl.c.interruptAfter(binary.BigEndian.Uint64(body), parseAbort(0, body[8:]))
+		case kind == msgAbort:
 			ctl.c.interrupt(parseAbort(0, body))
-			select {
-			case ctl.aborted <- struct{}{}:
-			default:
-			}
+		default:
+			continue
+		}
+		select {
+		case ctl.aborted <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -354,7 +388,7 @@ func (ctl *control) readMsg(until time.Time) (kind byte, body []byte, err error)
 
 // readMsgRaw is readMsg under whatever read deadline is set.
 func (ctl *control) readMsgRaw() (kind byte, body []byte, err error) {
-	if _, err := io.ReadFull(ctl.msgs, ctl.rhdr[:]); err != nil {
+	if _, err := io.ReadFull(settled{ctl.msgs}, ctl.rhdr[:]); err != nil {
 		return 0, nil, err
 	}
 	n := int(binary.BigEndian.Uint32(ctl.rhdr[:4])) - 1
@@ -362,7 +396,7 @@ func (ctl *control) readMsgRaw() (kind byte, body []byte, err error) {
 		return 0, nil, fmt.Errorf("star: control message of %d bytes", n)
 	}
 	body = make([]byte, n)
-	if _, err := io.ReadFull(ctl.msgs, body); err != nil {
+	if _, err := io.ReadFull(settled{ctl.msgs}, body); err != nil {
 		return 0, nil, err
 	}
 	return ctl.rhdr[4], body, nil
@@ -497,20 +531,25 @@ func (e *UnresponsiveError) Unwrap() error { return e.Lost }
 // ExitedError is the cause when a rank's control connection ended without
 // the farewell that a rank writes when it closes or fails: its process
 // ended (it crashed, was killed, or exited without Close) and its system
-// closed or reset the connection. The rank that noticed fails its current
-// or next collective with it, exitGrace after the connection ended; the
-// coordinator tells the other workers, whose Abort has the cause "eof".
-// It matches io.EOF in errors.Is (as a crash seen on a data link does).
+// closed the connection (Err io.EOF), or reset it (a process that exits
+// with bytes unread; also a connection reset on the way, with the process
+// alive). The rank that noticed fails its current or next collective with
+// it, exitGrace after the connection ended; the coordinator tells the
+// other workers, whose Abort has the cause "exited". Both match io.EOF in
+// errors.Is, as a crash seen on a data link does.
 type ExitedError struct {
-	// Rank is the rank whose process ended.
+	// Rank is the rank whose control connection ended.
 	Rank int
-	// Err is how its control connection ended: io.EOF, or a reset.
+	// Err is how it ended: io.EOF, or a reset.
 	Err error
 }
 
-// Error names the rank and says how it went.
+// Error names the rank and says how its control connection ended.
 func (e *ExitedError) Error() string {
-	return fmt.Sprintf("rank %d's process ended: its control connection closed without a farewell (it crashed, was killed, or exited without Close): %v", e.Rank, e.Err)
+	if errors.Is(e.Err, io.EOF) {
+		return fmt.Sprintf("rank %d's process ended: its control connection closed without a farewell (it crashed, was killed, or exited without Close): %v", e.Rank, e.Err)
+	}
+	return fmt.Sprintf("rank %d's control connection was reset without a farewell (its process ended, or the connection was reset on the way): %v", e.Rank, e.Err)
 }
 
 // Unwrap returns how the control connection ended.
@@ -518,6 +557,23 @@ func (e *ExitedError) Unwrap() error { return e.Err }
 
 // Is matches io.EOF, whatever ended the connection.
 func (e *ExitedError) Is(target error) bool { return target == io.EOF }
+
+// remoteExited stands for a rank whose control connection another rank
+// saw end without a farewell (an Abort's cause "exited").
+type remoteExited struct{}
+
+func (remoteExited) Error() string {
+	return "control connection ended without a farewell (seen by another rank)"
+}
+func (remoteExited) Is(target error) bool { return target == io.EOF }
+
+// isExited reports whether err is, or an Abort's cause says, a control
+// connection that ended without a farewell.
+func isExited(err error) bool {
+	var ex *ExitedError
+	var re remoteExited
+	return errors.As(err, &ex) || errors.As(err, &re)
+}
 
 // remoteUnresponsive stands for a rank found unresponsive by another rank
 // (an Abort's cause "unresponsive").

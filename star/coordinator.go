@@ -125,19 +125,21 @@ func (co *coordinator) serve(l *link) {
 func (co *coordinator) links() []*link { return co.workers }
 
 // broadcastAbort sends an Abort payload to every worker but except over
-// its control session, without waiting (each send is bounded by
+// its control session, for the collectives numbered after `after` (see
+// msgAbortAfter), without waiting (each send is bounded by
 // ShutdownTimeout; Close waits for them). When sent is not nil, each send
 // puts a token in it once it is over (sent must have room for one per
 // worker); it returns how many sends it started (none on a session that
 // is stopping).
-func (co *coordinator) broadcastAbort(payload []byte, except int, sent chan<- struct{}) int {
+func (co *coordinator) broadcastAbort(after uint64, payload []byte, except int, sent chan<- struct{}) int {
+	body := append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(payload)), after), payload...)
 	until := time.Now().Add(co.c.cfg.ShutdownTimeout)
 	n := 0
 	for _, l := range co.workers {
 		if ctl := l.ctl.Load(); ctl != nil && l.peer != except {
 			if ctl.goUnlessStopped(func() {
 				co.c.hook(hookOOB)
-				_ = ctl.send(msgAbort, payload, until)
+				_ = ctl.send(msgAbortAfter, body, until)
 				if sent != nil {
 					sent <- struct{}{}
 				}

@@ -119,7 +119,7 @@
 // rank is the rank at fault (-1: none), op the operation, cause the class
 // of the failure (timeout, eof, unexpected-eof, reset, pipe, tag, op,
 // shutdown, canceled, deadline, closed, refused, running, unresponsive,
-// desync, auth). When a frame's length
+// exited, desync, auth). When a frame's length
 // disagrees with a rank's arguments, the rank that sent the frame is
 // named (one mismatch cannot tell whose arguments are wrong). Every
 // surviving worker
@@ -336,23 +336,35 @@
 //     its error is not os.ErrDeadlineExceeded. An end that ends its
 //     session on purpose (Close, or a worker's failed collective, whose
 //     process may exit the moment it returns) first writes a farewell
-//     (the byte 1; heartbeats are 0) and waits, at most 100 ms (200 ms in
-//     a failing collective), until the system has sent it. A session
-//     that ends without one (EOF or a reset) means that the peer's process
-//     ended: after exitGrace (100 ms, so that what the process said
+//     (the byte 1; heartbeats are 0) and waits until the system has sent
+//     it: at most 100 ms on Close, at most min(200 ms, ShutdownTimeout/2)
+//     in a failing collective (not at all when the worker timed out on
+//     the coordinator). A session that ends without one (EOF, or a reset)
+//     means that the peer's process ended (a reset can also come from the
+//     network): after exitGrace (100 ms, so that what the process said
 //     before it went arrives first: an Abort on a data link being read,
 //     the coordinator's Abort on the message stream) every collective of
 //     the rank that notices, current or next, fails naming it, wrapping
 //     an *ExitedError (errors.Is io.EOF), and the coordinator tells every
-//     other worker. That is how a rank that dies after it has contributed
-//     to the running collective, or between collectives, is found at once
-//     rather than after Liveness. After a farewell the session's end
-//     counts as silence.
+//     other worker (Abort cause "exited"). That is how a rank that dies
+//     after it has contributed to the running collective, or between
+//     collectives, is found at once rather than after Liveness. A worker
+//     that already has its result of the coordinator's latest collective
+//     (running or over) is declared for the collectives after that one
+//     only, so that a worker that exits without Close right after its
+//     last collective does not fail the others'. A worker's Abort blaming the coordinator with cause
+//     "exited" makes the coordinator name that worker, as for
+//     "unresponsive". After a farewell the session's end counts as
+//     silence.
 //   - messages: LEN u32 BE (bytes of KIND and BODY), KIND u8, BODY. The
-//     coordinator sends every Abort here too (kind 1, an Abort frame's
-//     payload), before the data links' Aborts: a worker in the middle of
-//     a long frame, or blocked writing one that rank 0 no longer reads,
-//     learns at once that another rank failed and which. With
+//     coordinator sends every Abort here too (kind 3: the number of the
+//     last collective it spares, u64 BE, then an Abort frame's payload),
+//     before the data links' Aborts: a worker in the middle of a long
+//     frame, or blocked writing one that rank 0 no longer reads, learns
+//     at once that another rank failed and which, while a worker still
+//     reading the result of a collective the coordinator completed gets
+//     that result whole. (Kind 1, the payload alone, from coordinators
+//     before kind 3, fails the running or next collective.) With
 //     Config.CheckCollectives each worker sends the fingerprint of each
 //     collective here before its data (kind 2: sequence number,
 //     operation, element type, counts or length, root, reduce op); the

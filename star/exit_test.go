@@ -3,7 +3,11 @@ package star_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -191,5 +195,198 @@ func TestFarewellOnFailure(t *testing.T) {
 			collectiveFailed(t, errs[r], 1)
 			assert.NotContains(t, errs[r].Error(), "process ended", "rank %d: rank 1 failed before it exited", r)
 		}
+	})
+}
+
+// TestExitAfterResult: rank 3 exits without Close (a whole-rank Crash) the
+// moment its 1 MiB broadcast from rank 0 returns, while rank 1, which
+// comes a second late, has yet to read it: over unbuffered pipes rank 0
+// is still writing it to rank 1; over pipes that buffer it whole (as
+// socket buffers do) rank 0 is done, and rank 1 has yet to read. Rank 3
+// has its result: rank 0 does not cancel the broadcast for it, and rank 1
+// is told only for its next collective, so ranks 0, 1 and 2 get the right
+// bytes; their next collective fails at once, naming rank 3.
+func TestExitAfterResult(t *testing.T) {
+	for _, buffer := range []int{0, 2 << 20} {
+		t.Run(fmt.Sprintf("buffer=%d", buffer), func(t *testing.T) {
+			testExitAfterResult(t, buffer)
+		})
+	}
+}
+
+func testExitAfterResult(t *testing.T, buffer int) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 3, Link: -1, Manual: true, WholeRank: true})
+		nw := testkit.NewPipeNetwork()
+		nw.Net.Buffer = buffer
+		comms, err := testkit.StartStar(context.Background(), nw, 4, func(c *star.Config) {
+			c.Timeout, c.Liveness = time.Hour, 10*time.Second
+			if c.Listener != nil {
+				c.Listener = s.WrapListener(c.Listener)
+			}
+			if c.Dialer != nil {
+				c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+			}
+		})
+		require.NoError(t, err)
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
+			require.NoError(t, err, "warm-up, rank %d", r)
+		}
+		synctest.Wait()
+		const n = 1 << 20
+		want := make([]byte, n)
+		for i := range want {
+			want[i] = byte(i * 7)
+		}
+		bufs := make([][]byte, 4)
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			r := c.Rank()
+			bufs[r] = make([]byte, n)
+			if r == 0 {
+				copy(bufs[0], want)
+			}
+			if r == 1 {
+				time.Sleep(time.Second)
+			}
+			err := comm.Broadcast(ctx, c, bufs[r], 0)
+			if r == 3 {
+				s.Fire(3) // exit without Close
+			}
+			return err
+		})
+		for r := range 4 {
+			require.NoError(t, errs[r], "rank %d's broadcast", r)
+			assert.Equal(t, want, bufs[r], "rank %d's bytes", r)
+		}
+		begin := time.Now()
+		errs = testkit.RunRanks(comms[:3], func(c comm.Communicator) error { return c.Barrier(ctx) })
+		for r := range 3 {
+			collectiveFailed(t, errs[r], 3)
+			assert.ErrorIs(t, errs[r], io.EOF, "rank %d", r)
+			assert.Contains(t, errs[r].Error(), "process ended", "rank %d", r)
+		}
+		// At once: the collective timeout is an hour (the Aborts' bounded
+		// wait over unbuffered pipes aside).
+		assert.Less(t, time.Since(begin), time.Second)
+	})
+}
+
+// TestFarewellNotWaitedOnTimeout: a worker whose barrier times out on rank
+// 0 (alive, but not calling it), while rank 0's end of its control
+// connection takes nothing (faulty's Hang), fails at its timeout plus its
+// margin over rank 0's, without waiting for a farewell that cannot go out.
+func TestFarewellNotWaitedOnTimeout(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		const timeout = 2 * time.Second
+		s := faulty.NewScript(faulty.Fault{Kind: faulty.Hang, Rank: 0, Link: 1, Control: true, Manual: true})
+		comms := inBubble(t, 3, func(c *star.Config) {
+			c.Timeout, c.Liveness = timeout, time.Hour
+			if c.Listener != nil {
+				c.Listener = s.WrapListener(c.Listener)
+			}
+			if c.Dialer != nil {
+				c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+			}
+		})
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
+			require.NoError(t, err, "warm-up, rank %d", r)
+		}
+		synctest.Wait()
+		s.Fire(0)
+		begin := time.Now()
+		err := comms[1].Barrier(ctx)
+		took := time.Since(begin)
+		collectiveFailed(t, err, 0)
+		assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		// The worker's deadline: the timeout, its margin over rank 0's,
+		// and up to a re-arm interval (timeout/20) plus the poll's step
+		// late; waiting for the farewell would add 200 ms.
+		margin := min(timeout/2, 500*time.Millisecond)
+		assert.GreaterOrEqual(t, took, timeout+margin)
+		assert.LessOrEqual(t, took, timeout+margin+150*time.Millisecond, "no wait for the farewell: %v", err)
+	})
+}
+
+// TestControlResetBlamesTheWorker: worker 2's control connection is reset
+// on its side (a firewall, ss -K) while rank 0's reader of that session is
+// held back (a test hook), so that rank 0 hears nothing of it. Worker 2
+// takes it for rank 0's end and fails its next collective naming rank 0,
+// "reset"; rank 0, whose process plainly runs to read that Abort, names
+// worker 2, as every other rank does.
+func TestControlResetBlamesTheWorker(t *testing.T) {
+	var armed atomic.Bool
+	var held, release chan struct{} // made in the bubble, before armed is set
+	var once sync.Once
+	defer star.SetTestHook(func(rank int, point string) {
+		// Rank 0's reader of worker 2's heartbeats calls the hook with
+		// rank 2 (the peer) before each read.
+		if point == star.HookHeartbeat && rank == 2 && armed.Load() {
+			once.Do(func() { close(held) })
+			<-release
+		}
+	})()
+	testkit.SyncTest(t, func(t *testing.T) {
+		s := faulty.NewScript(faulty.Fault{Kind: faulty.Reset, Rank: 2, Link: -1, Control: true, Manual: true})
+		comms := startScripted(t, 4, s)
+		defer testkit.CloseAll(comms)
+		held, release = make(chan struct{}), make(chan struct{})
+		defer close(release)
+		ctx := context.Background()
+		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
+			require.NoError(t, err, "warm-up, rank %d", r)
+		}
+		synctest.Wait()
+		armed.Store(true)
+		<-held // the next heartbeat came: rank 0's reader of rank 2 waits
+		s.Fire(2)
+		time.Sleep(time.Second)
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) })
+		collectiveFailed(t, errs[2], 0)
+		assert.Contains(t, errs[2].Error(), "control connection was reset")
+		var ex *star.ExitedError
+		require.ErrorAs(t, errs[2], &ex)
+		assert.ErrorIs(t, errs[2], io.EOF)
+		for _, r := range []int{0, 1, 3} {
+			collectiveFailed(t, errs[r], 2)
+		}
+		assert.Contains(t, errs[0].Error(), "rank 2 lost its control connection to rank 0")
+	})
+}
+
+// TestFarewellWhenSessionComesLate: worker 2's control session comes up
+// only after its first collective failed (its Control frame is held 5 s),
+// so the failure could not say farewell on it; the session says it once
+// up. The process then exits without Close: rank 0 does not take that for
+// a crash; its next collective finds worker 2's link closed.
+func TestFarewellWhenSessionComesLate(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		s := faulty.NewScript(
+			faulty.Fault{Kind: faulty.Delay, Rank: 2, Link: -1, Control: true, Dir: faulty.Write, Frame: 0, Delay: 5 * time.Second},
+			faulty.Fault{Kind: faulty.Crash, Rank: 2, Link: -1, Manual: true, WholeRank: true},
+		)
+		comms := inBubble(t, 3, func(c *star.Config) {
+			c.Timeout, c.Liveness = 2*time.Second, time.Hour
+			if c.Listener != nil {
+				c.Listener = s.WrapListener(c.Listener)
+			}
+			if c.Dialer != nil {
+				c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+			}
+		})
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		// Rank 0 calls nothing yet: worker 2's barrier times out.
+		err := comms[2].Barrier(ctx)
+		collectiveFailed(t, err, 0)
+		time.Sleep(6 * time.Second) // the session comes up at 5 s
+		s.Fire(2)                   // exit without Close
+		time.Sleep(time.Second)
+		err = comms[0].Barrier(ctx)
+		collectiveFailed(t, err, 2)
+		assert.NotContains(t, err.Error(), "process ended", "worker 2 said farewell")
 	})
 }

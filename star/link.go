@@ -1048,13 +1048,13 @@ func (l *link) sendFinal(tag byte, payload []byte, until time.Time) error {
 // the system drops what it had not sent.
 func (l *link) awaitUnsent(by time.Time) {
 	if l.uc != nil {
-		awaitUnsent(l.uc, by)
+		awaitUnsent(l.uc, by, nil)
 	}
 }
 
 // awaitUnsent waits until uc has nothing unsent, or until by, or until it
-// cannot tell.
-func awaitUnsent(uc transport.UnsentCounter, by time.Time) {
+// cannot tell, or until quit (nil: never) closes.
+func awaitUnsent(uc transport.UnsentCounter, by time.Time, quit <-chan struct{}) {
 	pause := 20 * time.Microsecond
 	for {
 		n, err := uc.Unsent()
@@ -1062,7 +1062,17 @@ func awaitUnsent(uc transport.UnsentCounter, by time.Time) {
 		if err != nil || n == 0 || left <= 0 {
 			return
 		}
-		time.Sleep(min(pause, left))
+		if quit == nil {
+			time.Sleep(min(pause, left))
+		} else {
+			t := time.NewTimer(min(pause, left))
+			select {
+			case <-t.C:
+			case <-quit:
+				t.Stop()
+				return
+			}
+		}
 		pause = min(2*pause, time.Millisecond)
 	}
 }

@@ -57,6 +57,15 @@ func (w *worker) openControl() {
 		}
 		w.up.ctl.Store(ctl)
 		ctl.start()
+		w.c.stateMu.Lock()
+		failed := w.c.failed != nil
+		w.c.stateMu.Unlock()
+		if failed {
+			// A collective failed before the session was up (so Comm.fail
+			// did not say farewell on it): say it now, since this
+			// process may exit any time.
+			ctl.goUnlessStopped(func() { ctl.bidFarewell(time.Now().Add(farewellWait), ctl.stopped) })
+		}
 		w.c.log(slog.LevelDebug, "control session up", "rank", 0)
 	})
 }

@@ -294,8 +294,8 @@ func (c *Comm) interrupt(cause error) bool { return c.interruptAfter(0, cause) }
 // coordinator has sent in full does not fail for what came later: a
 // worker may still be reading that result, or not have called it yet. It
 // reports whether it took effect: not after a failure, a Close, or an
-// earlier interrupt (unless that one spares the running collective and
-// this one does not: it then takes that one's place).
+// earlier interrupt (unless that one spares more collectives than this
+// one: this one, which concerns an earlier collective, takes its place).
 func (c *Comm) interruptAfter(after uint64, cause error) bool {
 	c.stateMu.Lock()
 	defer c.stateMu.Unlock()
@@ -303,8 +303,8 @@ func (c *Comm) interruptAfter(after uint64, cause error) bool {
 		return false
 	}
 	hits := c.running && c.seq > after
-	if c.pending != nil && !(hits && c.seq <= c.pendingAfter) {
-		return false
+	if c.pending != nil && (after >= c.pendingAfter || hits && c.cancelled) {
+		return false // (cancelled: the running collective fails as it is)
 	}
 	c.pending, c.pendingAfter = cause, after
 	if hits {
@@ -409,7 +409,9 @@ func (c *Comm) settle(ctx context.Context, op string) error {
 	}
 	c.stateMu.Unlock()
 	if closed {
-		return c.fail(ctx, op, errClosed)
+		// Its I/O is over: the workers have their results in full, and
+		// only what follows fails for them.
+		return c.failSparing(ctx, op, errClosed, c.seq)
 	}
 	if cancelled {
 		for _, l := range c.role.links() {
@@ -493,6 +495,14 @@ func (c *Comm) endWatch() {
 // error still tells the truth), reports the failure, and leaves the links
 // to end in the background.
 func (c *Comm) fail(ctx context.Context, op string, err error) error {
+	return c.failSparing(ctx, op, err, c.seq-min(c.seq, 1))
+}
+
+// failSparing is fail whose Aborts over the control sessions (on the
+// coordinator) spare the collectives numbered up to spare (see
+// interruptAfter): those before the failing one, or, when the failing
+// one's I/O is over, that one too.
+func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint64) error {
 	peer := -1
 	var le *linkError
 	if errors.As(err, &le) {
@@ -527,7 +537,7 @@ func (c *Comm) fail(ctx context.Context, op string, err error) error {
 		// short carries no Abort, and a process that exits the instant
 		// this returns must have told those workers all the same.
 		oob = make(chan struct{}, len(co.workers))
-		noob = co.broadcastAbort(c.seq-min(c.seq, 1), payload, -1, oob)
+		noob = co.broadcastAbort(spare, payload, -1, oob)
 	} else if w, ok := c.role.(*worker); ok && w.up.ctl.Load() != nil {
 		ctl := w.up.ctl.Load()
 		// The farewell: rank 0 must not take this process's exit, which

@@ -332,11 +332,15 @@ func (ctl *control) exited(lost error) {
 	}
 	if ctl.c.rank != 0 {
 		// The coordinator's last messages come before its end: an Abort
-		// among them names the rank really at fault.
+		// among them names the rank really at fault, and the coordinator
+		// that sent it is not taken for a crash.
 		select {
 		case <-ctl.stopped:
 			return
 		case <-ctl.msgsDone:
+		}
+		if ctl.farewell.Load() {
+			return
 		}
 	}
 	ctl.c.declare(ctl.peer, &ExitedError{Rank: ctl.peer, Err: lost}, "peer exited")
@@ -359,6 +363,9 @@ func (ctl *control) readMessages() {
 		default:
 			continue
 		}
+		// The coordinator told this worker why it ends: as good as a
+		// farewell (see exited).
+		ctl.farewell.Store(true)
 		select {
 		case ctl.aborted <- struct{}{}:
 		default:

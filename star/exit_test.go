@@ -390,3 +390,128 @@ func TestFarewellWhenSessionComesLate(t *testing.T) {
 		assert.NotContains(t, err.Error(), "process ended", "worker 2 said farewell")
 	})
 }
+
+// startBuffered starts size ranks in the current bubble over pipes that
+// buffer buffer bytes each way, with the control session on (liveness
+// 10 s), a collective timeout of an hour and s's faults.
+func startBuffered(t *testing.T, size, buffer int, s *faulty.Script) []comm.Communicator {
+	t.Helper()
+	nw := testkit.NewPipeNetwork()
+	nw.Net.Buffer = buffer
+	comms, err := testkit.StartStar(context.Background(), nw, size, func(c *star.Config) {
+		c.Timeout, c.Liveness = time.Hour, 10*time.Second
+		if c.Listener != nil {
+			c.Listener = s.WrapListener(c.Listener)
+		}
+		if c.Dialer != nil {
+			c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+		}
+	})
+	require.NoError(t, err)
+	return comms
+}
+
+// TestLaterAbortConcernsEarlier: rank 3 exits without Close once it has
+// its 1 MiB broadcast (#2) from rank 0, so the others are told for the
+// collectives after #2; then rank 0's own #2 fails (its context is
+// cancelled while it still writes to rank 2, which calls the broadcast
+// 10 s late), which concerns #2 itself. That later Abort takes the
+// earlier one's place: rank 2's broadcast and rank 1's next barrier fail
+// naming rank 0, as rank 0's does, not rank 3.
+func TestLaterAbortConcernsEarlier(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 3, Link: -1, Manual: true, WholeRank: true})
+		comms := startBuffered(t, 4, 0, s)
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
+			require.NoError(t, err, "warm-up, rank %d", r)
+		}
+		synctest.Wait()
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		time.AfterFunc(time.Second, cancel)
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			buf := make([]byte, 1<<20)
+			switch c.Rank() {
+			case 0:
+				return comm.Broadcast(cctx, c, buf, 0)
+			case 2:
+				time.Sleep(10 * time.Second)
+			}
+			err := comm.Broadcast(ctx, c, buf, 0)
+			if c.Rank() == 3 {
+				s.Fire(3) // exit without Close
+			} else if c.Rank() == 1 && err == nil {
+				time.Sleep(5 * time.Second) // computes: it hears both Aborts first
+				err = c.Barrier(ctx)
+			}
+			return err
+		})
+		require.NoError(t, errs[3])
+		for r := range 3 {
+			collectiveFailed(t, errs[r], 0)
+		}
+		assert.ErrorIs(t, errs[0], context.Canceled)
+	})
+}
+
+// TestCloseAfterIOSparesResults: rank 0's Close (from another goroutine)
+// lands once its 1 MiB broadcast's I/O is over, before the broadcast
+// settles: rank 0's broadcast fails (closed), but the workers have their
+// result in full, over pipes that buffer it as sockets do: rank 1, which
+// reads it a second late, gets it whole, and fails its next collective.
+func TestCloseAfterIOSparesResults(t *testing.T) {
+	var armed atomic.Bool
+	var closing chan struct{} // made in the bubble, before armed is set
+	var comms []comm.Communicator
+	var once sync.Once
+	defer star.SetTestHook(func(rank int, point string) {
+		if rank != 0 || !armed.Load() {
+			return
+		}
+		switch point {
+		case star.HookEnd:
+			once.Do(func() {
+				go func() { _ = comms[0].Close() }()
+				<-closing
+			})
+		case star.HookClosing:
+			close(closing)
+		}
+	})()
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms = startBuffered(t, 4, 2<<20, faulty.NewScript())
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
+			require.NoError(t, err, "warm-up, rank %d", r)
+		}
+		synctest.Wait()
+		closing = make(chan struct{})
+		armed.Store(true)
+		want := make([]byte, 1<<20)
+		for i := range want {
+			want[i] = byte(i * 13)
+		}
+		bufs := make([][]byte, 4)
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			r := c.Rank()
+			bufs[r] = make([]byte, len(want))
+			if r == 0 {
+				copy(bufs[0], want)
+			}
+			if r == 1 {
+				time.Sleep(time.Second)
+			}
+			return comm.Broadcast(ctx, c, bufs[r], 0)
+		})
+		assert.ErrorIs(t, errs[0], comm.ErrInvalidCommunicator)
+		for r := 1; r < 4; r++ {
+			require.NoError(t, errs[r], "rank %d", r)
+			assert.Equal(t, want, bufs[r], "rank %d's bytes", r)
+		}
+		err := comms[1].Barrier(ctx)
+		collectiveFailed(t, err, 0)
+	})
+}

@@ -65,3 +65,11 @@ const HookSessionSetUp = hookSessionSetUp
 // HookAwaitSession is the hook point at which the desync check starts to
 // wait for a worker's control session.
 const HookAwaitSession = hookAwaitSession
+
+// HookEnd is the hook point at which a collective's I/O is over, before
+// it settles or fails.
+const HookEnd = hookEnd
+
+// HookClosing is the hook point at which Close has marked the communicator
+// closed.
+const HookClosing = hookClosing

@@ -91,6 +91,9 @@ func chaosChild(mode string) int {
 	if mode == "slow" {
 		return slowChild()
 	}
+	if mode == "idle" {
+		return idleChild()
+	}
 	if mode == "authjob" {
 		return authJobChild()
 	}
@@ -551,12 +554,15 @@ func TestChaosKill(t *testing.T) {
 
 // TestChaosKillAfterContributing kills worker 1 (SIGKILL) once it has
 // entered a barrier that still waits for worker 3, which computes for 5 s,
-// with a 60 s timeout and the default 10 s liveness timeout. Rank 0 is not
-// reading worker 1's data link (it has its Ready): only the control
+// with a 60 s timeout and the default 10 s liveness timeout. Once rank 0
+// has worker 1's Ready it no longer reads that data link: only the control
 // session's end, without the farewell of a rank that closes, tells. Ranks
-// 0 and 2 fail naming rank 1 ("process ended") within 2 s of the kill, far
-// before rank 3 arrives or the liveness timeout; rank 3's barrier, when it
-// comes, fails at once.
+// 0 and 2 fail naming rank 1 within 2 s of the kill, far before rank 3
+// arrives or the liveness timeout (without the farewell rule they failed
+// when rank 3 arrived); rank 3's barrier, when it comes, fails at once.
+// The kill can also land between worker 1's ENTER line and its Ready
+// (rank 0 then sees the data link's EOF, at once): the test logs which;
+// TestChaosKillBetweenCollectives pins the control session's part.
 func TestChaosKillAfterContributing(t *testing.T) {
 	skipUnlessChaos(t)
 	const (
@@ -579,7 +585,10 @@ func TestChaosKillAfterContributing(t *testing.T) {
 		detect := res.at.Sub(killed)
 		t.Logf("detection rank=%d ms=%.1f call_ms=%s named=%s msg=%q", p.rank, ms(detect), res.fields["call_ms"], res.fields["rank"], res.msg)
 		assertFailedNaming(t, p, res, victim)
-		assert.Contains(t, res.msg, "process ended", "rank %d", p.rank)
+		if !strings.Contains(res.msg, "process ended") {
+			assert.Contains(t, res.msg, "connection closed by the peer", "rank %d: neither the control session's nor the data link's end", p.rank)
+			t.Logf("rank %d: the kill landed before worker 1's Ready: the data link told", p.rank)
+		}
 		if p.rank == size-1 {
 			assert.Less(t, res.int(t, "call_ms"), 500, "rank 3's barrier fails at once: %s", res.msg)
 		} else {
@@ -591,6 +600,77 @@ func TestChaosKillAfterContributing(t *testing.T) {
 			assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
 		}
 	}
+}
+
+// TestChaosKillBetweenCollectives kills worker 1 (SIGKILL) between two
+// barriers, while every other rank computes (rank 0 and 2 for 2 s, rank 3
+// for 3 s), with a 60 s timeout and the default 10 s liveness timeout. No
+// rank reads a link of rank 1 then: the control session's end without a
+// farewell tells rank 0, which tells the others, so every survivor's
+// second barrier fails at once naming rank 1 with "process ended" (the
+// data link's EOF would say "connection closed by the peer").
+func TestChaosKillBetweenCollectives(t *testing.T) {
+	skipUnlessChaos(t)
+	const (
+		size   = 4
+		victim = 1
+	)
+	ctx := chaosWatchdog(t)
+	procs := startChaos(t, ctx, repeat("idle", size), "COBRE_TCP_TIMEOUT_SECS=60")
+	for _, p := range procs {
+		p.await(t, ctx, "DONE1")
+	}
+	killed := procs[victim].signal(t, os.Kill)
+	for _, p := range procs {
+		if p.rank == victim {
+			continue
+		}
+		res := parseResult(t, p.await(t, ctx, "RESULT "))
+		t.Logf("rank=%d after the kill ms=%.1f call_ms=%s named=%s msg=%q", p.rank, ms(res.at.Sub(killed)), res.fields["call_ms"], res.fields["rank"], res.msg)
+		assertFailedNaming(t, p, res, victim)
+		assert.Contains(t, res.msg, "process ended", "rank %d learnt it from the control session", p.rank)
+		assert.Less(t, res.int(t, "call_ms"), 500, "rank %d's barrier fails at once: %s", p.rank, res.msg)
+	}
+	for _, p := range procs {
+		if p.rank != victim {
+			assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+		}
+	}
+}
+
+// idleChild runs one rank of the idle mode: a barrier, "DONE1" once its
+// control sessions are up, then 2 s of sleep (3 s on the last rank) and a
+// second barrier, whose failure it reports (RESULT), or "DONE2".
+func idleChild() int {
+	ctx := context.Background()
+	cfg, err := starcomm.ConfigFromEnv()
+	if err != nil {
+		return chaosReport("start", err, 0)
+	}
+	sessions := sessionsUp(&cfg, cfg.Liveness > 0)
+	c, err := starcomm.New(ctx, cfg)
+	if err != nil {
+		return chaosReport("start", err, 0)
+	}
+	defer c.Close()
+	if err := c.Barrier(ctx); err != nil {
+		return chaosReport("barrier", err, 0)
+	}
+	for !sessions() {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("DONE1")
+	pause := 2 * time.Second
+	if c.Rank() == c.Size()-1 {
+		pause = 3 * time.Second
+	}
+	time.Sleep(pause)
+	begin := time.Now()
+	if err := c.Barrier(ctx); err != nil {
+		return chaosReport("barrier", err, time.Since(begin))
+	}
+	fmt.Println("DONE2")
+	return 0
 }
 
 // TestChaosStop hangs worker 3 with SIGSTOP while every rank loops barrier,

@@ -350,9 +350,7 @@ func (a *admission) handle(ev event) {
 		a.joined++
 		ev.reply <- refusal{}
 		a.hold(s)
-		if testHook != nil {
-			testHook(s.rank, hookRegistered)
-		}
+		callHook(s.rank, hookRegistered)
 	case evHeld:
 		s := a.slots[ev.rank]
 		if s == nil || s.link != ev.link {
@@ -562,9 +560,7 @@ func (a *admission) setUpControl(l *link, rank int) {
 		a.report(event{kind: evControlLost, rank: uint32(rank)})
 		return
 	}
-	if testHook != nil {
-		testHook(rank, hookSessionSetUp)
-	}
+	callHook(rank, hookSessionSetUp)
 	attach(rank, &controlConn{conn: l.conn, sess: sess, hb: hb, msgs: msgs})
 }
 

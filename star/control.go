@@ -257,9 +257,7 @@ func (ctl *control) listen() {
 	var buf [64]byte
 	var lost error
 	for lost == nil {
-		if testHook != nil {
-			testHook(ctl.peer, hookHeartbeat)
-		}
+		callHook(ctl.peer, hookHeartbeat)
 		last := time.Unix(0, ctl.heard.Load())
 		_ = ctl.hb.SetReadDeadline(last.Add(live))
 		n, err := settled{ctl.hb}.Read(buf[:])

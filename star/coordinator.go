@@ -546,9 +546,7 @@ func (co *coordinator) awaitSession(l *link) (*control, error) {
 	// select on, so the cause is looked at every few milliseconds.
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	if testHook != nil {
-		testHook(l.peer, hookAwaitSession)
-	}
+	callHook(l.peer, hookAwaitSession)
 	for {
 		if ctl := l.ctl.Load(); ctl != nil {
 			return ctl, nil

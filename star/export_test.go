@@ -4,10 +4,10 @@ import "github.com/starcomm/starcomm/comm"
 
 // SetTestHook sets the package's test hook (see hooks.go) for the tests
 // of package star_test, and returns a function that removes it. Set it
-// before any communicator starts, remove it after every one has closed.
+// before any communicator starts.
 func SetTestHook(h func(rank int, point string)) (restore func()) {
-	testHook = h
-	return func() { testHook = nil }
+	testHook.Store(&h)
+	return func() { testHook.Store(nil) }
 }
 
 // SetSpliceOff keeps the links built while it is set from splicing frame

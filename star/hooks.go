@@ -1,9 +1,11 @@
 package star
 
+import "sync/atomic"
+
 // The points of a collective where one goroutine hands work or a link to
 // another, or the communicator changes state. Tests set testHook to act
 // there (for example, to call Close from another goroutine at every one of
-// them); in production it is nil and costs one comparison.
+// them); in production it is nil and costs a load and a comparison.
 const (
 	hookBegin   = "begin"   // the collective is running, before its first I/O
 	hookPoll    = "poll"    // before polling links from the collective's goroutine
@@ -40,13 +42,17 @@ const (
 	hookAwaitSession = "await-session"
 )
 
-// testHook, when set (by tests only, before any communicator starts), is
-// called at every hook point with the communicator's rank.
-var testHook func(rank int, point string)
+// testHook, when set (by tests only), is called at every hook point with
+// the communicator's rank. It is read atomically: a test may remove it
+// while a communicator's goroutines still run.
+var testHook atomic.Pointer[func(rank int, point string)]
 
-// hook calls testHook.
-func (c *Comm) hook(point string) {
-	if testHook != nil {
-		testHook(c.rank, point)
+// callHook calls testHook, if set.
+func callHook(rank int, point string) {
+	if h := testHook.Load(); h != nil {
+		(*h)(rank, point)
 	}
 }
+
+// hook calls testHook with this communicator's rank.
+func (c *Comm) hook(point string) { callHook(c.rank, point) }

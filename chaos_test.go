@@ -638,27 +638,41 @@ func TestChaosKillBetweenCollectives(t *testing.T) {
 	}
 }
 
+// startWatched builds a child's communicator from the environment and
+// returns it with a function that waits until its control sessions are up
+// (at once when liveness is off); on failure, nil and the exit code of the
+// RESULT line it printed.
+func startWatched(ctx context.Context) (comm.Communicator, func(), int) {
+	cfg, err := starcomm.ConfigFromEnv()
+	if err != nil {
+		return nil, nil, chaosReport("start", err, 0)
+	}
+	sessions := sessionsUp(&cfg, cfg.Liveness > 0)
+	c, err := starcomm.New(ctx, cfg)
+	if err != nil {
+		return nil, nil, chaosReport("start", err, 0)
+	}
+	return c, func() {
+		for !sessions() {
+			time.Sleep(time.Millisecond)
+		}
+	}, 0
+}
+
 // idleChild runs one rank of the idle mode: a barrier, "DONE1" once its
 // control sessions are up, then 2 s of sleep (3 s on the last rank) and a
 // second barrier, whose failure it reports (RESULT), or "DONE2".
 func idleChild() int {
 	ctx := context.Background()
-	cfg, err := starcomm.ConfigFromEnv()
-	if err != nil {
-		return chaosReport("start", err, 0)
-	}
-	sessions := sessionsUp(&cfg, cfg.Liveness > 0)
-	c, err := starcomm.New(ctx, cfg)
-	if err != nil {
-		return chaosReport("start", err, 0)
+	c, awaitSessions, code := startWatched(ctx)
+	if c == nil {
+		return code
 	}
 	defer c.Close()
 	if err := c.Barrier(ctx); err != nil {
 		return chaosReport("barrier", err, 0)
 	}
-	for !sessions() {
-		time.Sleep(time.Millisecond)
-	}
+	awaitSessions()
 	fmt.Println("DONE1")
 	pause := 2 * time.Second
 	if c.Rank() == c.Size()-1 {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/starcomm/starcomm"
 	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/internal/netns"
 )
@@ -47,14 +46,9 @@ const (
 // "DONE iters=N" and exits 0, or RESULT for the failure.
 func slowChild() int {
 	ctx := context.Background()
-	cfg, err := starcomm.ConfigFromEnv()
-	if err != nil {
-		return chaosReport("start", err, 0)
-	}
-	sessions := sessionsUp(&cfg, cfg.Liveness > 0)
-	c, err := starcomm.New(ctx, cfg)
-	if err != nil {
-		return chaosReport("start", err, 0)
+	c, awaitSessions, code := startWatched(ctx)
+	if c == nil {
+		return code
 	}
 	defer c.Close()
 	compute := time.Duration(envInt(envSlowMillis, 0)) * time.Millisecond
@@ -63,9 +57,7 @@ func slowChild() int {
 		if c.Rank() == c.Size()-1 {
 			spin(compute)
 		}
-		for !sessions() {
-			time.Sleep(time.Millisecond)
-		}
+		awaitSessions()
 		fmt.Printf("ENTER iter=%d\n", i)
 		begin := time.Now()
 		if err := c.Barrier(ctx); err != nil {

@@ -28,11 +28,21 @@ import (
 
 // startScripted starts size ranks in the current bubble with the control
 // session on (liveness 10 s), a collective timeout of an hour, and s's
-// faults.
+// faults, over unbuffered pipes.
 func startScripted(t *testing.T, size int, s *faulty.Script) []comm.Communicator {
 	t.Helper()
-	return inBubble(t, size, func(c *star.Config) {
-		c.Timeout, c.Liveness = time.Hour, 10*time.Second
+	return startFaulty(t, size, 0, time.Hour, 10*time.Second, s)
+}
+
+// startFaulty starts size ranks in the current bubble over pipes that
+// buffer buffer bytes each way (0: none), with the given collective and
+// liveness timeouts and s's faults.
+func startFaulty(t *testing.T, size, buffer int, timeout, liveness time.Duration, s *faulty.Script) []comm.Communicator {
+	t.Helper()
+	nw := testkit.NewPipeNetwork()
+	nw.Net.Buffer = buffer
+	comms, err := testkit.StartStar(context.Background(), nw, size, func(c *star.Config) {
+		c.Timeout, c.Liveness = timeout, liveness
 		if c.Listener != nil {
 			c.Listener = s.WrapListener(c.Listener)
 		}
@@ -40,6 +50,8 @@ func startScripted(t *testing.T, size int, s *faulty.Script) []comm.Communicator
 			c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
 		}
 	})
+	require.NoError(t, err)
+	return comms
 }
 
 // TestExitAfterContributing: rank 1's process ends after it has entered a
@@ -217,18 +229,7 @@ func TestExitAfterResult(t *testing.T) {
 func testExitAfterResult(t *testing.T, buffer int) {
 	testkit.SyncTest(t, func(t *testing.T) {
 		s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 3, Link: -1, Manual: true, WholeRank: true})
-		nw := testkit.NewPipeNetwork()
-		nw.Net.Buffer = buffer
-		comms, err := testkit.StartStar(context.Background(), nw, 4, func(c *star.Config) {
-			c.Timeout, c.Liveness = time.Hour, 10*time.Second
-			if c.Listener != nil {
-				c.Listener = s.WrapListener(c.Listener)
-			}
-			if c.Dialer != nil {
-				c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
-			}
-		})
-		require.NoError(t, err)
+		comms := startFaulty(t, 4, buffer, time.Hour, 10*time.Second, s)
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
 		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
@@ -281,15 +282,7 @@ func TestFarewellNotWaitedOnTimeout(t *testing.T) {
 	testkit.SyncTest(t, func(t *testing.T) {
 		const timeout = 2 * time.Second
 		s := faulty.NewScript(faulty.Fault{Kind: faulty.Hang, Rank: 0, Link: 1, Control: true, Manual: true})
-		comms := inBubble(t, 3, func(c *star.Config) {
-			c.Timeout, c.Liveness = timeout, time.Hour
-			if c.Listener != nil {
-				c.Listener = s.WrapListener(c.Listener)
-			}
-			if c.Dialer != nil {
-				c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
-			}
-		})
+		comms := startFaulty(t, 3, 0, timeout, time.Hour, s)
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
 		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
@@ -368,15 +361,7 @@ func TestFarewellWhenSessionComesLate(t *testing.T) {
 			faulty.Fault{Kind: faulty.Delay, Rank: 2, Link: -1, Control: true, Dir: faulty.Write, Frame: 0, Delay: 5 * time.Second},
 			faulty.Fault{Kind: faulty.Crash, Rank: 2, Link: -1, Manual: true, WholeRank: true},
 		)
-		comms := inBubble(t, 3, func(c *star.Config) {
-			c.Timeout, c.Liveness = 2*time.Second, time.Hour
-			if c.Listener != nil {
-				c.Listener = s.WrapListener(c.Listener)
-			}
-			if c.Dialer != nil {
-				c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
-			}
-		})
+		comms := startFaulty(t, 3, 0, 2*time.Second, time.Hour, s)
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
 		// Rank 0 calls nothing yet: worker 2's barrier times out.
@@ -391,26 +376,6 @@ func TestFarewellWhenSessionComesLate(t *testing.T) {
 	})
 }
 
-// startBuffered starts size ranks in the current bubble over pipes that
-// buffer buffer bytes each way, with the control session on (liveness
-// 10 s), a collective timeout of an hour and s's faults.
-func startBuffered(t *testing.T, size, buffer int, s *faulty.Script) []comm.Communicator {
-	t.Helper()
-	nw := testkit.NewPipeNetwork()
-	nw.Net.Buffer = buffer
-	comms, err := testkit.StartStar(context.Background(), nw, size, func(c *star.Config) {
-		c.Timeout, c.Liveness = time.Hour, 10*time.Second
-		if c.Listener != nil {
-			c.Listener = s.WrapListener(c.Listener)
-		}
-		if c.Dialer != nil {
-			c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
-		}
-	})
-	require.NoError(t, err)
-	return comms
-}
-
 // TestLaterAbortConcernsEarlier: rank 3 exits without Close once it has
 // its 1 MiB broadcast (#2) from rank 0, so the others are told for the
 // collectives after #2; then rank 0's own #2 fails (its context is
@@ -421,7 +386,7 @@ func startBuffered(t *testing.T, size, buffer int, s *faulty.Script) []comm.Comm
 func TestLaterAbortConcernsEarlier(t *testing.T) {
 	testkit.SyncTest(t, func(t *testing.T) {
 		s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 3, Link: -1, Manual: true, WholeRank: true})
-		comms := startBuffered(t, 4, 0, s)
+		comms := startFaulty(t, 4, 0, time.Hour, 10*time.Second, s)
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
 		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
@@ -481,7 +446,7 @@ func TestCloseAfterIOSparesResults(t *testing.T) {
 		}
 	})()
 	testkit.SyncTest(t, func(t *testing.T) {
-		comms = startBuffered(t, 4, 2<<20, faulty.NewScript())
+		comms = startFaulty(t, 4, 2<<20, time.Hour, 10*time.Second, faulty.NewScript())
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
 		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {

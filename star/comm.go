@@ -283,6 +283,13 @@ func (c *Comm) begin(ctx context.Context, op string) (pending, err error) {
 	return c.pending, nil
 }
 
+// hasFailed reports whether a collective of this communicator failed.
+func (c *Comm) hasFailed() bool {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return c.failed != nil
+}
+
 // interrupt fails the running collective with cause (cancelling its
 // links), or, when none runs, the next one. It reports whether it took
 // effect: not after a failure, a Close, or an earlier interrupt.
@@ -577,19 +584,22 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 		if blamed < 0 || blamed >= c.size {
 			blamed = ab.From // no rank, or one that does not exist
 		}
-		if c.rank == 0 && blamed == 0 && ab.From != 0 && isUnresponsive(ab.Cause) {
-			// A worker heard nothing from rank 0, which is here to read
-			// its Abort: the silence is on that worker's side (its link,
-			// or its process), as rank 0 tells the others.
-			blamed = ab.From
-			return &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("rank %d lost contact with rank 0 (rank 0 is responsive): %s", ab.From, ab.Reason), Err: ab}
-		}
-		if _, exited := ab.Cause.(remoteExited); exited && c.rank == 0 && blamed == 0 && ab.From != 0 {
-			// A worker's control connection to rank 0 ended, while rank
-			// 0's process runs to read this: the connection was cut on
-			// that worker's side, or on the way.
-			blamed = ab.From
-			return &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("rank %d lost its control connection to rank 0 (rank 0's process is running): %s", ab.From, ab.Reason), Err: ab}
+		if c.rank == 0 && blamed == 0 && ab.From != 0 {
+			// A worker blames rank 0, which is here to read its Abort,
+			// for silence (the silence is on that worker's side: its
+			// link, or its process) or for a control connection that
+			// ended (it was cut on that worker's side, or on the way):
+			// rank 0 names that worker, and tells the others so.
+			what := ""
+			switch ab.Cause.(type) {
+			case remoteUnresponsive:
+				what = "lost contact with rank 0 (rank 0 is responsive)"
+			case remoteExited:
+				what = "lost its control connection to rank 0 (rank 0's process is running)"
+			}
+			if what != "" {
+				return &comm.CollectiveFailedError{Operation: op, Rank: ab.From, Message: fmt.Sprintf("rank %d %s: %s", ab.From, what, ab.Reason), Err: ab}
+			}
 		}
 		return &comm.CollectiveFailedError{Operation: op, Rank: blamed, Message: fmt.Sprintf("aborted by rank %d: %s", ab.From, ab.Reason), Err: ab}
 	case errors.Is(err, ErrShutdown):

@@ -141,10 +141,7 @@ func (ctl *control) stop() {
 		ctl.gomu.Lock()
 		close(ctl.stopped)
 		ctl.gomu.Unlock()
-		ctl.c.stateMu.Lock()
-		failed := ctl.c.failed != nil
-		ctl.c.stateMu.Unlock()
-		if !failed {
+		if !ctl.c.hasFailed() {
 			// After a failure the worker said it already (see Comm.fail),
 			// and the coordinator's Aborts said more: Close is then at once.
 			ctl.bidFarewell(time.Now().Add(farewellWait), nil)
@@ -591,10 +588,3 @@ func (remoteUnresponsive) Is(target error) bool { return isTimeoutTarget(target)
 // errNoControl is why a collective cannot use a control session that is
 // not there.
 var errNoControl = errors.New("star: no control session")
-
-// isUnresponsive reports whether an Abort's cause says its sender found
-// the rank it blames unresponsive.
-func isUnresponsive(cause error) bool {
-	_, ok := cause.(remoteUnresponsive)
-	return ok
-}

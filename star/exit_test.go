@@ -54,6 +54,16 @@ func startFaulty(t *testing.T, size, buffer int, timeout, liveness time.Duration
 	return comms
 }
 
+// warmUp runs a barrier on every rank, which must succeed, and waits for
+// the bubble to settle: every control session is then up.
+func warmUp(t *testing.T, comms []comm.Communicator) {
+	t.Helper()
+	for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) }) {
+		require.NoError(t, err, "warm-up, rank %d", r)
+	}
+	synctest.Wait()
+}
+
 // TestExitAfterContributing: rank 1's process ends after it has entered a
 // barrier that still waits for rank 3, which computes for a minute. Rank 0
 // is not reading rank 1's data link (it has its Ready), so only the
@@ -71,10 +81,7 @@ func TestExitAfterContributing(t *testing.T) {
 				comms := startScripted(t, 4, s)
 				defer testkit.CloseAll(comms)
 				ctx := context.Background()
-				for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
-					require.NoError(t, err, "warm-up, rank %d", r)
-				}
-				synctest.Wait() // every control session is up
+				warmUp(t, comms)
 
 				errs := make([]error, 4)
 				took := make([]time.Duration, 4)
@@ -142,10 +149,7 @@ func TestFarewellOnClose(t *testing.T) {
 		comms := startScripted(t, 3, s)
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
-		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
-			require.NoError(t, err, "warm-up, rank %d", r)
-		}
-		synctest.Wait()
+		warmUp(t, comms)
 		closed := make(chan struct{})
 		go func() {
 			defer close(closed)
@@ -174,10 +178,7 @@ func TestFarewellOnFailure(t *testing.T) {
 		comms := startScripted(t, 3, s)
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
-		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
-			require.NoError(t, err, "warm-up, rank %d", r)
-		}
-		synctest.Wait()
+		warmUp(t, comms)
 		errs := make([]error, 3)
 		done := make(chan struct{})
 		go func() {
@@ -232,10 +233,7 @@ func testExitAfterResult(t *testing.T, buffer int) {
 		comms := startFaulty(t, 4, buffer, time.Hour, 10*time.Second, s)
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
-		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
-			require.NoError(t, err, "warm-up, rank %d", r)
-		}
-		synctest.Wait()
+		warmUp(t, comms)
 		const n = 1 << 20
 		want := make([]byte, n)
 		for i := range want {
@@ -285,10 +283,7 @@ func TestFarewellNotWaitedOnTimeout(t *testing.T) {
 		comms := startFaulty(t, 3, 0, timeout, time.Hour, s)
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
-		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
-			require.NoError(t, err, "warm-up, rank %d", r)
-		}
-		synctest.Wait()
+		warmUp(t, comms)
 		s.Fire(0)
 		begin := time.Now()
 		err := comms[1].Barrier(ctx)
@@ -329,10 +324,7 @@ func TestControlResetBlamesTheWorker(t *testing.T) {
 		held, release = make(chan struct{}), make(chan struct{})
 		defer close(release)
 		ctx := context.Background()
-		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
-			require.NoError(t, err, "warm-up, rank %d", r)
-		}
-		synctest.Wait()
+		warmUp(t, comms)
 		armed.Store(true)
 		<-held // the next heartbeat came: rank 0's reader of rank 2 waits
 		s.Fire(2)
@@ -389,10 +381,7 @@ func TestLaterAbortConcernsEarlier(t *testing.T) {
 		comms := startFaulty(t, 4, 0, time.Hour, 10*time.Second, s)
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
-		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
-			require.NoError(t, err, "warm-up, rank %d", r)
-		}
-		synctest.Wait()
+		warmUp(t, comms)
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		time.AfterFunc(time.Second, cancel)
@@ -449,10 +438,7 @@ func TestCloseAfterIOSparesResults(t *testing.T) {
 		comms = startFaulty(t, 4, 2<<20, time.Hour, 10*time.Second, faulty.NewScript())
 		defer testkit.CloseAll(comms)
 		ctx := context.Background()
-		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(ctx) }) {
-			require.NoError(t, err, "warm-up, rank %d", r)
-		}
-		synctest.Wait()
+		warmUp(t, comms)
 		closing = make(chan struct{})
 		armed.Store(true)
 		want := make([]byte, 1<<20)

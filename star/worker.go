@@ -57,10 +57,7 @@ func (w *worker) openControl() {
 		}
 		w.up.ctl.Store(ctl)
 		ctl.start()
-		w.c.stateMu.Lock()
-		failed := w.c.failed != nil
-		w.c.stateMu.Unlock()
-		if failed {
+		if w.c.hasFailed() {
 			// A collective failed before the session was up (so Comm.fail
 			// did not say farewell on it): say it now, since this
 			// process may exit any time.

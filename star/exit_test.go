@@ -78,7 +78,12 @@ func TestExitAfterContributing(t *testing.T) {
 		t.Run(map[int]string{1: "worker", 0: "coordinator"}[victim], func(t *testing.T) {
 			testkit.SyncTest(t, func(t *testing.T) {
 				s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: victim, Link: -1, Manual: true, WholeRank: true})
-				comms := startScripted(t, 4, s)
+				// Pipes that buffer, as sockets do: every Ready is written
+				// before the bubble settles, whether rank 0 has read it yet
+				// or not (unbuffered, a Ready rank 0 had not read yet
+				// would be lost with the victim, and rank 0 would be
+				// reading that link).
+				comms := startFaulty(t, 4, 64<<10, time.Hour, 10*time.Second, s)
 				defer testkit.CloseAll(comms)
 				ctx := context.Background()
 				warmUp(t, comms)

@@ -331,14 +331,14 @@ const (
 	// timeout would declare dead a rank that a scheduling delay or a
 	// garbage collection pause held up.
 	minLiveness = 10 * time.Millisecond
-	// maxSeconds is the largest value of a variable in seconds: a year.
-	maxSeconds = 365 * 24 * time.Hour
+	// maxDuration is the largest value of a variable in seconds: a year.
+	maxDuration = 365 * 24 * time.Hour
 )
 
-// secondsRange writes the range lo..maxSeconds in seconds, and in words:
+// secondsRange writes the range lo..maxDuration in seconds, and in words:
 // "0.001..31536000 (1 ms to a year)".
 func secondsRange(lo time.Duration) string {
-	return fmt.Sprintf("%s..%s (%d ms to a year)", formatSeconds(lo), formatSeconds(maxSeconds), lo.Milliseconds())
+	return fmt.Sprintf("%s..%s (%d ms to a year)", formatSeconds(lo), formatSeconds(maxDuration), lo.Milliseconds())
 }
 
 // formatSeconds writes d as a number of seconds, as the variables take it.
@@ -347,7 +347,7 @@ func formatSeconds(d time.Duration) string {
 }
 
 // parseSeconds parses a number of seconds, decimals allowed, in
-// lo..maxSeconds, rounded to the nanosecond, or returns a notAllowed that
+// lo..maxDuration, rounded to the nanosecond, or returns a notAllowed that
 // says so (allowed, after "not a number; " for what is not one).
 func parseSeconds(v string, lo time.Duration, allowed string) (time.Duration, error) {
 	secs, err := strconv.ParseFloat(v, 64)
@@ -356,7 +356,7 @@ func parseSeconds(v string, lo time.Duration, allowed string) (time.Duration, er
 		return 0, notAllowed("not a number; " + allowed)
 	// Compared as seconds, before the conversion: a huge value does not
 	// fit a Duration.
-	case err != nil || secs < lo.Seconds() || secs > maxSeconds.Seconds():
+	case err != nil || secs < lo.Seconds() || secs > maxDuration.Seconds():
 		return 0, notAllowed(allowed)
 	}
 	return time.Duration(math.Round(secs * float64(time.Second))), nil

@@ -584,7 +584,3 @@ type remoteUnresponsive struct{}
 func (remoteUnresponsive) Error() string        { return "unresponsive (seen by another rank)" }
 func (remoteUnresponsive) Timeout() bool        { return true }
 func (remoteUnresponsive) Is(target error) bool { return isTimeoutTarget(target) }
-
-// errNoControl is why a collective cannot use a control session that is
-// not there.
-var errNoControl = errors.New("star: no control session")

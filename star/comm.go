@@ -388,6 +388,22 @@ func (c *Comm) declare(rank int, cause error, msg string) {
 	}
 }
 
+// unreadFrom reports whether the data link with peer holds bytes that
+// this rank has not read (see control.exited); false where its conn
+// cannot tell.
+func (c *Comm) unreadFrom(peer int) bool {
+	var l *link
+	switch r := c.role.(type) {
+	case *coordinator:
+		if peer > 0 && peer < len(r.byRank) {
+			l = r.byRank[peer]
+		}
+	case *worker:
+		l = r.up
+	}
+	return l != nil && l.holdsUnread()
+}
+
 // currentOp names the running collective (or the last one).
 func (c *Comm) currentOp() string {
 	c.stateMu.Lock()

@@ -317,13 +317,30 @@ func (ctl *control) heardBytes(b []byte) {
 // the coordinator's messages are all read, if sooner), unless stop comes
 // first. An Abort that arrives meanwhile, or a collective that fails on
 // its own, wins (see Comm.interrupt).
+//
+// While the data link with the peer holds bytes that this end has not
+// read, it waits: the peer said more there before it went, and may have
+// finished collectives that this end has not reached yet (a worker that
+// was the root of a broadcast rank 0 has not called yet; rank 0's results,
+// or its Abort, that a worker has not read yet). They are this end's to
+// read first, and the data link tells what follows them: the end of the
+// stream, or an Abort naming the rank really at fault. Once they are read
+// it waits exitGrace more, so that the reader acts on them first.
 func (ctl *control) exited(lost error) {
 	grace := time.NewTimer(exitGrace)
 	defer grace.Stop()
-	select {
-	case <-ctl.stopped:
-		return
-	case <-grace.C:
+	for unread := false; ; {
+		select {
+		case <-ctl.stopped:
+			return
+		case <-grace.C:
+		}
+		was := unread
+		unread = ctl.c.unreadFrom(ctl.peer)
+		if !unread && !was {
+			break
+		}
+		grace.Reset(exitGrace)
 	}
 	if ctl.c.rank != 0 {
 		// The coordinator's last messages come before its end: an Abort

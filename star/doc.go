@@ -353,7 +353,14 @@
 //     that already has its result of the coordinator's latest collective
 //     (running or over) is declared for the collectives after that one
 //     only, so that a worker that exits without Close right after its
-//     last collective does not fail the others'. A worker's Abort blaming the coordinator with cause
+//     last collective does not fail the others'. Nor is a peer declared
+//     while its data link holds bytes that this end has not read (where
+//     the conn is a transport.UnreadCounter): it may have finished
+//     collectives this end has not reached (the root of a broadcast
+//     returns at once), or sent an Abort that names the rank really at
+//     fault; they are read first, and the data link tells what follows
+//     them (the declaration comes exitGrace after they are read, if the
+//     data link has not told). A worker's Abort blaming the coordinator with cause
 //     "exited" makes the coordinator name that worker, as for
 //     "unresponsive". After a farewell the session's end counts as
 //     silence.

@@ -36,13 +36,16 @@ func startScripted(t *testing.T, size int, s *faulty.Script) []comm.Communicator
 
 // startFaulty starts size ranks in the current bubble over pipes that
 // buffer buffer bytes each way (0: none), with the given collective and
-// liveness timeouts and s's faults.
-func startFaulty(t *testing.T, size, buffer int, timeout, liveness time.Duration, s *faulty.Script) []comm.Communicator {
+// liveness timeouts, s's faults, and more's settings.
+func startFaulty(t *testing.T, size, buffer int, timeout, liveness time.Duration, s *faulty.Script, more ...func(*star.Config)) []comm.Communicator {
 	t.Helper()
 	nw := testkit.NewPipeNetwork()
 	nw.Net.Buffer = buffer
 	comms, err := testkit.StartStar(context.Background(), nw, size, func(c *star.Config) {
 		c.Timeout, c.Liveness = timeout, liveness
+		for _, f := range more {
+			f(c)
+		}
 		if c.Listener != nil {
 			c.Listener = s.WrapListener(c.Listener)
 		}

@@ -38,6 +38,7 @@ type link struct {
 	cw     transport.CloseWriter
 	lw     transport.LowWaterReader
 	uc     transport.UnsentCounter
+	ur     transport.UnreadCounter
 	// astage is the page-aligned buffer in which writeAll copies a
 	// medium-sized frame, or a large frame's lead, before it writes it
 	// (see alignedStageMax and leadFrag); allocated on first use (see
@@ -143,6 +144,7 @@ func newLink(peer int, conn transport.Conn, timeout time.Duration) *link {
 	l.cw, _ = conn.(transport.CloseWriter)
 	l.lw, _ = conn.(transport.LowWaterReader)
 	l.uc, _ = conn.(transport.UnsentCounter)
+	l.ur, _ = conn.(transport.UnreadCounter)
 	if dw, ok := conn.(transport.DirectWriter); ok {
 		l.direct = dw.WritesDirect()
 	}
@@ -1050,6 +1052,16 @@ func (l *link) awaitUnsent(by time.Time) {
 	if l.uc != nil {
 		awaitUnsent(l.uc, by, nil)
 	}
+}
+
+// holdsUnread reports whether the peer's bytes wait unread on the link
+// (false where the conn cannot tell). Any goroutine may call it.
+func (l *link) holdsUnread() bool {
+	if l.ur == nil {
+		return false
+	}
+	n, err := l.ur.Unread()
+	return err == nil && n > 0
 }
 
 // awaitUnsent waits until uc has nothing unsent, or until by, or until it

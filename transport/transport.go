@@ -103,6 +103,20 @@ type UnsentCounter interface {
 	Unsent() (int, error)
 }
 
+// UnreadCounter is an optional ability of a Conn: Unread returns how many
+// bytes have arrived on it and not been read yet (TCP's receive queue,
+// FIONREAD on Linux, with whatever the driver itself holds), so that an
+// end that learns of its peer's end by other means can tell whether the
+// peer said more on this conn first. An error wrapping
+// errors.ErrUnsupported means the system cannot tell. Star asks it when a
+// peer's control session ends without a farewell (see star.ExitedError):
+// a peer whose data link still holds bytes unread may have finished
+// collectives that this end has not reached yet, and its data link, read
+// in turn, tells the rest.
+type UnreadCounter interface {
+	Unread() (int, error)
+}
+
 // CloseWriter is an optional ability of a Conn: shut down the writing side
 // (TCP's half-close) so the peer reads EOF after the data already sent,
 // while this end can still read. After CloseWrite, Write fails; Read still

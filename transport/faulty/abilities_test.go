@@ -2,6 +2,7 @@ package faulty_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -538,5 +539,44 @@ func TestPolledDeadlineHeldBytes(t *testing.T) {
 		want := corrupted(0, func(h []byte) { h[4] = 0xEE })[:len(frame0)]
 		require.Equal(t, want, append(buf, rest.data...))
 		require.NoError(t, (<-sent).err)
+	})
+}
+
+// TestUnread: a faulty conn counts the wrapped conn's unread bytes, none
+// while its end hangs (its reads deliver nothing), and over a conn that
+// cannot count them fails with errors.ErrUnsupported.
+func TestUnread(t *testing.T) {
+	t.Run("case=counted", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := faulty.NewScript(faulty.Fault{Kind: faulty.Hang, Rank: 1, Manual: true})
+			w, peer := workerPair(t, s)
+			uc, ok := w.(transport.UnreadCounter)
+			require.True(t, ok, "%T implements transport.UnreadCounter", w)
+			n, err := uc.Unread()
+			require.NoError(t, err)
+			require.Equal(t, 0, n, "a fresh connection")
+			wrote := testkit.Async(func() error { _, err := peer.Write([]byte("twelve bytes")); return err })
+			synctest.Wait()
+			n, err = uc.Unread()
+			require.NoError(t, err)
+			require.Equal(t, 12, n, "the peer's bytes, offered")
+			_, err = io.ReadFull(w, make([]byte, 5))
+			require.NoError(t, err)
+			n, _ = uc.Unread()
+			require.Equal(t, 7, n, "after reading 5")
+			s.Fire(1)
+			n, err = uc.Unread()
+			require.NoError(t, err)
+			require.Equal(t, 0, n, "hung")
+			require.NoError(t, peer.Close())
+			require.Error(t, <-wrote, "the peer's Write, cut by its Close")
+		})
+	})
+	t.Run("case=unsupported", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w, _ := wrapAs(t, faulty.NewScript(), func(c *pipe.Conn) transport.Conn { return onlyConn{c} })
+			_, err := w.(transport.UnreadCounter).Unread()
+			require.ErrorIs(t, err, errors.ErrUnsupported)
+		})
 	})
 }

@@ -383,12 +383,33 @@ type PollCloseWriteConn struct {
 }
 
 var (
-	_ transport.Conn        = (*Conn)(nil)
-	_ transport.Poller      = (*PollConn)(nil)
-	_ transport.CloseWriter = (*CloseWriteConn)(nil)
-	_ transport.Poller      = (*PollCloseWriteConn)(nil)
-	_ transport.CloseWriter = (*PollCloseWriteConn)(nil)
+	_ transport.Conn          = (*Conn)(nil)
+	_ transport.Poller        = (*PollConn)(nil)
+	_ transport.CloseWriter   = (*CloseWriteConn)(nil)
+	_ transport.Poller        = (*PollCloseWriteConn)(nil)
+	_ transport.CloseWriter   = (*PollCloseWriteConn)(nil)
+	_ transport.UnreadCounter = (*Conn)(nil)
 )
+
+// Unread implements transport.UnreadCounter when the wrapped conn does:
+// its unread bytes and those faulty holds back, which reads hand out
+// first; 0 while this end is hung or broken (its reads deliver nothing).
+// Over a conn that cannot tell, it fails with an error wrapping
+// errors.ErrUnsupported.
+func (c *Conn) Unread() (int, error) {
+	uc, ok := c.inner.(transport.UnreadCounter)
+	if !ok {
+		return 0, fmt.Errorf("faulty: the wrapped conn cannot count unread bytes: %w", errors.ErrUnsupported)
+	}
+	c.mu.Lock()
+	held, stuck := len(c.pending)+c.hhave+len(c.look), c.hung || c.broken != nil
+	c.mu.Unlock()
+	if stuck {
+		return 0, nil
+	}
+	n, err := uc.Unread()
+	return n + held, err
+}
 
 // ConnOf returns the *Conn of a conn that WrapDialer or WrapListener
 // returned (a *Conn, *PollConn, *CloseWriteConn or *PollCloseWriteConn), or

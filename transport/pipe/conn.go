@@ -23,10 +23,11 @@ type Conn struct {
 }
 
 var (
-	_ net.Conn              = (*Conn)(nil)
-	_ transport.Conn        = (*Conn)(nil)
-	_ transport.CloseWriter = (*Conn)(nil)
-	_ transport.Poller      = (*Conn)(nil)
+	_ net.Conn                = (*Conn)(nil)
+	_ transport.Conn          = (*Conn)(nil)
+	_ transport.CloseWriter   = (*Conn)(nil)
+	_ transport.Poller        = (*Conn)(nil)
+	_ transport.UnreadCounter = (*Conn)(nil)
 )
 
 // newPair returns both ends of a connection whose directions each buffer
@@ -344,6 +345,19 @@ func (c *Conn) CloseWrite() error {
 	s.signal()
 	s.mu.Unlock()
 	return nil
+}
+
+// Unread implements transport.UnreadCounter: the bytes the peer has
+// written (into the buffer, or offered by a Write still waiting) that no
+// read of this end has taken yet; 0 once this end is closed.
+func (c *Conn) Unread() (int, error) {
+	s := c.in
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rclosed {
+		return 0, nil
+	}
+	return s.n + len(s.wp), nil
 }
 
 // Close closes this end: pending and later I/O on it fails with

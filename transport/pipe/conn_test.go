@@ -181,7 +181,7 @@ func TestWriteDeadlineMidWrite(t *testing.T) {
 // while a call waits, and a passed one fails I/O even with data or room
 // there, until it is cleared.
 func TestDeadlinesFakeClock(t *testing.T) {
-	for _, buffer := range []int{0, 64} {
+	for _, buffer := range []int{0, 128} {
 		t.Run(fmt.Sprintf("buffer=%d", buffer), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				a, b := connect(t, network(buffer))
@@ -692,4 +692,47 @@ func commonPrefix(a, b []byte) int {
 		i++
 	}
 	return i
+}
+
+// TestUnread: what the peer wrote and this end has not read, buffered or
+// offered by a Write still waiting (unbuffered); still counted after the
+// peer closed; none once this end closed.
+func TestUnread(t *testing.T) {
+	for _, buffer := range []int{0, 128} {
+		t.Run(fmt.Sprintf("buffer=%d", buffer), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a, b := pollers(t, network(buffer))
+				n, err := a.Unread()
+				require.NoError(t, err)
+				require.Equal(t, 0, n, "a fresh connection")
+				wrote := testkit.Async(write(b, seq(100)))
+				synctest.Wait()
+				n, err = a.Unread()
+				require.NoError(t, err)
+				require.Equal(t, 100, n, "the peer's 100 bytes")
+				got := make([]byte, 30)
+				_, err = io.ReadFull(a, got)
+				require.NoError(t, err)
+				n, _ = a.Unread()
+				require.Equal(t, 70, n, "after reading 30")
+				if buffer > 0 {
+					require.NoError(t, (<-wrote).err)
+					require.NoError(t, b.Close())
+					n, _ = a.Unread()
+					require.Equal(t, 70, n, "after the peer closed")
+				}
+				rest := readAll(t, a, 70, 16)
+				require.Equal(t, seq(100)[30:], rest)
+				if buffer == 0 {
+					require.NoError(t, (<-wrote).err)
+				}
+				n, _ = a.Unread()
+				require.Equal(t, 0, n, "all read")
+				require.NoError(t, a.Close())
+				n, err = a.Unread()
+				require.NoError(t, err)
+				require.Equal(t, 0, n, "after Close")
+			})
+		})
+	}
 }

@@ -32,3 +32,24 @@ func (c *Conn) Unsent() (int, error) {
 	}
 	return int(n), nil
 }
+
+var _ transport.UnreadCounter = (*Conn)(nil)
+
+// Unread implements transport.UnreadCounter with ioctl(FIONREAD) (SIOCINQ
+// for a TCP socket): the bytes in the socket's receive queue that no read
+// has taken yet. Bytes that arrived before the peer reset the connection
+// are counted, as they are still read before the reset's error.
+func (c *Conn) Unread() (int, error) {
+	var n int32
+	var errno syscall.Errno
+	err := c.rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+	})
+	if err != nil {
+		return 0, err
+	}
+	if errno != 0 {
+		return 0, fmt.Errorf("tcp: ioctl FIONREAD: %w", errno)
+	}
+	return int(n), nil
+}

@@ -46,3 +46,38 @@ func TestUnsent(t *testing.T) {
 	_, err = a.Unsent()
 	assert.True(t, errors.Is(err, net.ErrClosed), "after Close: %v", err)
 }
+
+// TestUnread: none on a fresh connection; the bytes the peer wrote count
+// until they are read; bytes sent before the peer closed still count
+// after its close, and are read before io.EOF; after Close, Unread fails
+// with net.ErrClosed.
+func TestUnread(t *testing.T) {
+	a, b := pair(t, testConfig())
+	n, err := a.Unread()
+	require.NoError(t, err)
+	assert.Equal(t, 0, n, "a fresh connection")
+
+	_, err = b.Write(make([]byte, 1000))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err := a.Unread()
+		return err == nil && n == 1000
+	}, watchdog, time.Millisecond, "the peer's 1000 bytes, unread")
+	_, err = io.ReadFull(a, make([]byte, 600))
+	require.NoError(t, err)
+	n, err = a.Unread()
+	require.NoError(t, err)
+	assert.Equal(t, 400, n, "after reading 600 of them")
+
+	require.NoError(t, b.Close())
+	n, err = a.Unread()
+	require.NoError(t, err)
+	assert.Equal(t, 400, n, "after the peer closed")
+	rest, err := io.ReadAll(a)
+	require.NoError(t, err)
+	assert.Len(t, rest, 400, "read before io.EOF")
+
+	require.NoError(t, a.Close())
+	_, err = a.Unread()
+	assert.True(t, errors.Is(err, net.ErrClosed), "after Close: %v", err)
+}

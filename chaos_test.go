@@ -94,6 +94,9 @@ func chaosChild(mode string) int {
 	if mode == "idle" {
 		return idleChild()
 	}
+	if mode == "ahead" {
+		return aheadChild()
+	}
 	if mode == "authjob" {
 		return authJobChild()
 	}
@@ -636,6 +639,85 @@ func TestChaosKillBetweenCollectives(t *testing.T) {
 			assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
 		}
 	}
+}
+
+// TestChaosRootExitsAhead: worker 1 is the root of a 64 KiB broadcast,
+// and exits (os.Exit, no Close) the moment its call returns, while the
+// others still compute for a second (liveness 10 s, timeout 60 s). Its
+// bytes wait whole in rank 0's socket, and its control connection ends
+// without a farewell. Every other rank's broadcast must still succeed
+// with the root's bytes, and only their next barrier fail, naming rank 1.
+// (Taking the end of the root's control session for a crash at once
+// failed the broadcast itself.)
+func TestChaosRootExitsAhead(t *testing.T) {
+	skipUnlessChaos(t)
+	const (
+		size = 4
+		root = 1
+	)
+	ctx := chaosWatchdog(t)
+	procs := startChaos(t, ctx, repeat("ahead", size), "COBRE_TCP_TIMEOUT_SECS=60")
+	for _, p := range procs {
+		if p.rank == root {
+			continue
+		}
+		p.await(t, ctx, "BROADCAST ok")
+		res := parseResult(t, p.await(t, ctx, "RESULT "))
+		t.Logf("rank=%d op=%s call_ms=%s named=%s msg=%q", p.rank, res.fields["op"], res.fields["call_ms"], res.fields["rank"], res.msg)
+		assert.Equal(t, "barrier", res.fields["op"], "rank %d: the broadcast succeeded, the barrier after it failed", p.rank)
+		assertFailedNaming(t, p, res, root)
+		assert.Less(t, res.int(t, "call_ms"), 500, "rank %d's barrier fails at once: %s", p.rank, res.msg)
+	}
+	for _, p := range procs {
+		want := chaosExitExpected
+		if p.rank == root {
+			want = 0
+		}
+		assert.Equal(t, want, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+	}
+}
+
+// aheadChild runs one rank of the ahead mode: a barrier, once the control
+// sessions are up; then rank 1 broadcasts 64 KiB and exits at once, and
+// every other rank computes for a second, receives the broadcast, checks
+// it ("BROADCAST ok", or a WrongResult), and reports the failure of the
+// barrier after it (RESULT), or "DONE".
+func aheadChild() int {
+	ctx := context.Background()
+	c, awaitSessions, code := startWatched(ctx)
+	if c == nil {
+		return code
+	}
+	defer c.Close()
+	if err := c.Barrier(ctx); err != nil {
+		return chaosReport("barrier", err, 0)
+	}
+	awaitSessions()
+	want := make([]byte, 64<<10)
+	for i := range want {
+		want[i] = byte(i*31 + 7)
+	}
+	if c.Rank() == 1 {
+		if err := comm.Broadcast(ctx, c, want, 1); err != nil {
+			return chaosReport("broadcast", err, 0)
+		}
+		os.Exit(0)
+	}
+	time.Sleep(time.Second)
+	got := make([]byte, len(want))
+	if err := comm.Broadcast(ctx, c, got, 1); err != nil {
+		return chaosReport("broadcast", err, 0)
+	}
+	if !bytes.Equal(got, want) {
+		return chaosReport("broadcast", errWrongResult, 0)
+	}
+	fmt.Println("BROADCAST ok")
+	begin := time.Now()
+	if err := c.Barrier(ctx); err != nil {
+		return chaosReport("barrier", err, time.Since(begin))
+	}
+	fmt.Println("DONE")
+	return 0
 }
 
 // startWatched builds a child's communicator from the environment and

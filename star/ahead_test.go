@@ -123,3 +123,64 @@ func TestAbortWaitingOnDataLink(t *testing.T) {
 		assert.NotContains(t, err.Error(), "process ended", "rank 0's Abort, not its exit")
 	})
 }
+
+// TestExitNeededByRunningCollective: with the desync check on, rank 0 reads
+// the workers' fingerprints one at a time, and waits in a barrier for rank
+// 2's, which computes for a minute; rank 3 has entered the barrier (its
+// Ready waits unread in its data link) when its process ends. Rank 3
+// needed the barrier's result, so its unread bytes complete nothing: ranks
+// 0 and 1 fail within a second naming it ("process ended"), and rank 2's
+// barrier, when it comes, fails at once. (Waiting for those bytes to be
+// read kept them waiting for rank 2.)
+func TestExitNeededByRunningCollective(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 3, Link: -1, Manual: true, WholeRank: true})
+		comms := startFaulty(t, 4, 64<<10, time.Hour, 10*time.Second, s, func(c *star.Config) { c.CheckCollectives = true })
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		warmUp(t, comms)
+		errs := make([]error, 4)
+		var wg sync.WaitGroup
+		for _, r := range []int{0, 1, 3} {
+			wg.Go(func() { errs[r] = comms[r].Barrier(ctx) })
+		}
+		synctest.Wait() // ranks 0, 1 and 3 wait in the barrier
+		s.Fire(3)
+		fired := time.Now()
+		wg.Wait()
+		assert.Less(t, time.Since(fired), time.Second, "ranks 0 and 1 fail at once")
+		time.Sleep(time.Minute) // rank 2 computes
+		begin := time.Now()
+		errs[2] = comms[2].Barrier(ctx)
+		assert.Less(t, time.Since(begin), time.Second, "rank 2's barrier fails at once")
+		for _, r := range []int{0, 1, 2} {
+			collectiveFailed(t, errs[r], 3)
+			assert.ErrorIs(t, errs[r], io.EOF, "rank %d", r)
+			assert.Contains(t, errs[r].Error(), "process ended", "rank %d", r)
+		}
+	})
+}
+
+// TestShutdownAfterFarewellNotSilence: rank 0 and rank 1 close (rank 0
+// says farewell, and its Shutdown waits in rank 2's data link), while rank
+// 2 computes for longer than the liveness timeout before it calls one more
+// barrier. Rank 2's barrier fails naming rank 0 with what its Shutdown
+// says, not for silence ("unresponsive").
+func TestShutdownAfterFarewellNotSilence(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := startFaulty(t, 3, 64<<10, time.Hour, time.Second, faulty.NewScript())
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		warmUp(t, comms)
+		var wg sync.WaitGroup
+		for _, c := range comms[:2] {
+			wg.Go(func() { _ = c.Close() })
+		}
+		time.Sleep(3 * time.Second) // rank 2 computes
+		err := comms[2].Barrier(ctx)
+		wg.Wait()
+		collectiveFailed(t, err, 0)
+		assert.NotContains(t, err.Error(), "unresponsive", "rank 0's Shutdown, not silence")
+		t.Logf("rank 2: %v", err)
+	})
+}

@@ -49,6 +49,9 @@ type Comm struct {
 	seq     uint64
 	op      string
 	opStart time.Time
+	// bcastRoot is the root of the running collective when it is a
+	// broadcast, else -1 (see awaitsUnread).
+	bcastRoot int
 	// reported is set once OnFailure has been called.
 	reported bool
 	// closeDone is closed when Close has finished.
@@ -261,7 +264,7 @@ func (c *Comm) cancelLinks(err error) {
 // begin checks that a collective may start and marks it running. It
 // returns a pending failure (see interrupt) for the collective to fail
 // with.
-func (c *Comm) begin(ctx context.Context, op string) (pending, err error) {
+func (c *Comm) begin(ctx context.Context, op string, root int) (pending, err error) {
 	c.stateMu.Lock()
 	defer c.stateMu.Unlock()
 	if c.closed {
@@ -276,7 +279,7 @@ func (c *Comm) begin(ctx context.Context, op string) (pending, err error) {
 	c.watchLocked(ctx)
 	c.running = true
 	c.seq++
-	c.op, c.opStart = op, time.Now()
+	c.op, c.opStart, c.bcastRoot = op, time.Now(), root
 	if c.seq <= c.pendingAfter {
 		return nil, nil // the pending failure is for later collectives
 	}
@@ -388,10 +391,43 @@ func (c *Comm) declare(rank int, cause error, msg string) {
 	}
 }
 
-// unreadFrom reports whether the data link with peer holds bytes that
-// this rank has not read (see control.exited); false where its conn
-// cannot tell.
-func (c *Comm) unreadFrom(peer int) bool {
+// awaitsUnread reports whether this rank should not declare peer gone
+// yet, its control connection having ended without a farewell, because
+// the peer may have said more on its data link than this rank has read
+// (see control.exited). A link that cannot tell counts as holding bytes.
+//
+// A worker waits while it may: the coordinator's results, or its Abort,
+// come before its end, and the worker, reading its data link in any
+// collective, sees that end itself after them.
+//
+// The coordinator waits only while those bytes may complete collectives
+// that it has not reached: when it is between collectives, when the
+// worker already has its result of the running one, or when the running
+// one is a broadcast from that worker (whose root returns as soon as it
+// has sent its frame, without waiting for anyone). In any other running
+// collective the worker needs a result it will never read: its bytes are
+// at most its contribution, which rank 0 may not read for long (a relay
+// reads every header first; the desync check reads one rank at a time).
+func (c *Comm) awaitsUnread(peer int) bool {
+	switch r := c.role.(type) {
+	case *worker:
+		return r.up.mayHoldUnread()
+	case *coordinator:
+		if peer <= 0 || peer >= len(r.byRank) {
+			return false
+		}
+		l := r.byRank[peer]
+		c.stateMu.Lock()
+		later := !c.running || c.bcastRoot == peer || l.prog.done.Load() == c.seq
+		c.stateMu.Unlock()
+		return later && l.mayHoldUnread()
+	}
+	return false
+}
+
+// holdsUnread reports whether the data link with peer (a worker's: rank
+// 0's) is known to hold bytes that this rank has not read.
+func (c *Comm) holdsUnread(peer int) bool {
 	var l *link
 	switch r := c.role.(type) {
 	case *coordinator:
@@ -748,9 +784,14 @@ func describe(err error, timeout time.Duration) string {
 // run executes one collective: the common checks, the context watch, and
 // the failure handling around body.
 func (c *Comm) run(ctx context.Context, op string, check func() error, body func() error) error {
+	return c.runRooted(ctx, op, -1, check, body)
+}
+
+// runRooted is run for a broadcast from root (-1: any other collective).
+func (c *Comm) runRooted(ctx context.Context, op string, root int, check func() error, body func() error) error {
 	c.ops <- struct{}{}
 	defer func() { <-c.ops }()
-	pending, err := c.begin(ctx, op)
+	pending, err := c.begin(ctx, op, root)
 	if err != nil {
 		return err
 	}
@@ -875,7 +916,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 		c.cl = call{op: comm.OpBroadcast, dt: buf.Type, n: buf.Len(), root: root}
 		return frameLimit(comm.OpBroadcast, len(buf.Bytes))
 	}
-	return c.run(ctx, comm.OpBroadcast, check, func() error {
+	return c.runRooted(ctx, comm.OpBroadcast, root, check, func() error {
 		return c.role.broadcast(buf.Bytes, root)
 	})
 }

@@ -284,6 +284,12 @@ func (ctl *control) listen() {
 	select {
 	case <-ctl.stopped:
 	case <-wait.C:
+		if ctl.c.rank != 0 && ctl.farewell.Load() && ctl.c.holdsUnread(ctl.peer) {
+			// The coordinator said farewell, and its data link holds
+			// more (its Shutdown, an Abort): the worker reads them in
+			// its next collective, and they say more than silence.
+			return
+		}
 		ctl.c.unresponsive(ctl.peer, time.Since(time.Unix(0, ctl.heard.Load())), fmt.Errorf("control connection lost: %w", lost), ctl.stopped)
 	}
 }
@@ -318,26 +324,27 @@ func (ctl *control) heardBytes(b []byte) {
 // first. An Abort that arrives meanwhile, or a collective that fails on
 // its own, wins (see Comm.interrupt).
 //
-// While the data link with the peer holds bytes that this end has not
-// read, it waits: the peer said more there before it went, and may have
-// finished collectives that this end has not reached yet (a worker that
-// was the root of a broadcast rank 0 has not called yet; rank 0's results,
-// or its Abort, that a worker has not read yet). They are this end's to
-// read first, and the data link tells what follows them: the end of the
-// stream, or an Abort naming the rank really at fault. Once they are read
-// it waits exitGrace more, so that the reader acts on them first.
+// While the peer's data link may hold bytes that this end has not read
+// and that may complete collectives this end has not reached yet (a
+// worker that was the root of a broadcast rank 0 has not called yet; rank
+// 0's results, or its Abort, that a worker has not read yet), it waits,
+// looking again every exitGrace (see Comm.awaitsUnread): they are this
+// end's to read first, and the data link tells what follows them (the end
+// of the stream, or an Abort naming the rank really at fault). Once that
+// wait is over it waits exitGrace more, so that a reader acts on what it
+// read first.
 func (ctl *control) exited(lost error) {
 	grace := time.NewTimer(exitGrace)
 	defer grace.Stop()
-	for unread := false; ; {
+	for waited := false; ; {
 		select {
 		case <-ctl.stopped:
 			return
 		case <-grace.C:
 		}
-		was := unread
-		unread = ctl.c.unreadFrom(ctl.peer)
-		if !unread && !was {
+		was := waited
+		waited = ctl.c.awaitsUnread(ctl.peer)
+		if !waited && !was {
 			break
 		}
 		grace.Reset(exitGrace)

@@ -354,13 +354,15 @@
 //     (running or over) is declared for the collectives after that one
 //     only, so that a worker that exits without Close right after its
 //     last collective does not fail the others'. Nor is a peer declared
-//     while its data link holds bytes that this end has not read (where
-//     the conn is a transport.UnreadCounter): it may have finished
-//     collectives this end has not reached (the root of a broadcast
-//     returns at once), or sent an Abort that names the rank really at
-//     fault; they are read first, and the data link tells what follows
-//     them (the declaration comes exitGrace after they are read, if the
-//     data link has not told). A worker's Abort blaming the coordinator with cause
+//     while its data link may hold bytes, unread by this end, that
+//     complete collectives this end has not reached (the root of a
+//     broadcast returns at once; the coordinator's results, or an Abort
+//     that names the rank really at fault, may wait in a worker's link):
+//     they are read first, and the data link tells what follows them
+//     (see Comm.awaitsUnread and transport.UnreadCounter; a conn that
+//     cannot tell counts as holding some). After the coordinator's
+//     farewell, a worker whose data link holds bytes (its Shutdown) reads
+//     them rather than declaring silence. A worker's Abort blaming the coordinator with cause
 //     "exited" makes the coordinator name that worker, as for
 //     "unresponsive". After a farewell the session's end counts as
 //     silence.

@@ -1054,14 +1054,23 @@ func (l *link) awaitUnsent(by time.Time) {
 	}
 }
 
-// holdsUnread reports whether the peer's bytes wait unread on the link
-// (false where the conn cannot tell). Any goroutine may call it.
+// holdsUnread reports whether the peer's bytes are known to wait unread
+// on the link; mayHoldUnread, whether they may (true also where the conn
+// cannot tell). Any goroutine may call them.
 func (l *link) holdsUnread() bool {
 	if l.ur == nil {
 		return false
 	}
 	n, err := l.ur.Unread()
 	return err == nil && n > 0
+}
+
+func (l *link) mayHoldUnread() bool {
+	if l.ur == nil {
+		return true
+	}
+	n, err := l.ur.Unread()
+	return err != nil || n > 0
 }
 
 // awaitUnsent waits until uc has nothing unsent, or until by, or until it

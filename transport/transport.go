@@ -112,7 +112,8 @@ type UnsentCounter interface {
 // peer's control session ends without a farewell (see star.ExitedError):
 // a peer whose data link still holds bytes unread may have finished
 // collectives that this end has not reached yet, and its data link, read
-// in turn, tells the rest.
+// in turn, tells the rest. A Conn that is not an UnreadCounter, or whose
+// Unread fails, counts as holding bytes.
 type UnreadCounter interface {
 	Unread() (int, error)
 }

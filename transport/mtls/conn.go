@@ -71,7 +71,6 @@ var (
 	_ transport.Conn          = (*Conn)(nil)
 	_ transport.BuffersWriter = (*Conn)(nil)
 	_ transport.CloseWriter   = (*Conn)(nil)
-	_ transport.UnreadCounter = (*Conn)(nil)
 	_ transport.UnsentCounter = (*Conn)(nil)
 )
 
@@ -400,41 +399,23 @@ func (c *Conn) CloseWrite() error {
 	return err
 }
 
-// Unread implements transport.UnreadCounter when the inner conn does: the
-// record bytes the inner conn holds unread and those read ahead from it
-// and not decrypted yet (ciphertext: more than 0 means the peer sent
-// something that no Read has returned). Plaintext that crypto/tls has
-// decrypted and not handed out yet (the rest of a record that a Read
-// took a part of) is not counted. It fails while a Read is in progress
-// (it owns the read-ahead) or the handshake runs, and over an inner conn
-// that cannot tell (errors.ErrUnsupported).
-func (c *Conn) Unread() (int, error) {
-	uc, ok := c.inner.(transport.UnreadCounter)
-	if !ok {
-		return 0, fmt.Errorf("mtls: the inner conn cannot count unread bytes: %w", errors.ErrUnsupported)
-	}
-	if handshook, err := c.readyNow(false); !handshook {
-		return 0, errors.Join(errors.New("mtls: unread bytes: the handshake is not over"), err)
-	}
-	if !c.rmu.TryLock() {
-		return 0, errors.New("mtls: unread bytes: a read is in progress")
-	}
-	ahead := c.raw.rend - c.raw.rpos
-	c.rmu.Unlock()
-	n, err := uc.Unread()
-	return n + ahead, err
-}
-
 // Unsent implements transport.UnsentCounter when the inner conn does: the
 // record bytes the inner conn has not sent yet, and those stashed for it
-// (written without waiting, see WriteNow). Over an inner conn that cannot
-// tell it fails with an error wrapping errors.ErrUnsupported.
+// (written without waiting, see WriteNow). It fails at once while a write
+// to the inner conn is in progress (it may wait for a peer that reads
+// nothing), and over an inner conn that cannot tell (an error wrapping
+// errors.ErrUnsupported).
+//
+// A Conn is not a transport.UnreadCounter: crypto/tls reads ahead into
+// buffers of its own, whose bytes could not be counted.
 func (c *Conn) Unsent() (int, error) {
 	uc, ok := c.inner.(transport.UnsentCounter)
 	if !ok {
 		return 0, fmt.Errorf("mtls: the inner conn cannot count unsent bytes: %w", errors.ErrUnsupported)
 	}
-	c.raw.wmu.Lock()
+	if !c.raw.wmu.TryLock() {
+		return 0, errors.New("mtls: unsent bytes: a write is in progress")
+	}
 	stashed := len(c.raw.stash) + len(c.raw.batch)
 	c.raw.wmu.Unlock()
 	n, err := uc.Unsent()

@@ -425,21 +425,6 @@ func (c *Comm) awaitsUnread(peer int) bool {
 	return false
 }
 
-// holdsUnread reports whether the data link with peer (a worker's: rank
-// 0's) is known to hold bytes that this rank has not read.
-func (c *Comm) holdsUnread(peer int) bool {
-	var l *link
-	switch r := c.role.(type) {
-	case *coordinator:
-		if peer > 0 && peer < len(r.byRank) {
-			l = r.byRank[peer]
-		}
-	case *worker:
-		l = r.up
-	}
-	return l != nil && l.holdsUnread()
-}
-
 // currentOp names the running collective (or the last one).
 func (c *Comm) currentOp() string {
 	c.stateMu.Lock()

@@ -284,10 +284,11 @@ func (ctl *control) listen() {
 	select {
 	case <-ctl.stopped:
 	case <-wait.C:
-		if ctl.c.rank != 0 && ctl.farewell.Load() && ctl.c.holdsUnread(ctl.peer) {
-			// The coordinator said farewell, and its data link holds
-			// more (its Shutdown, an Abort): the worker reads them in
-			// its next collective, and they say more than silence.
+		if ctl.c.rank != 0 && ctl.farewell.Load() && ctl.c.awaitsUnread(ctl.peer) {
+			// The coordinator said farewell, and its data link may
+			// hold more (its Shutdown, an Abort): the worker reads
+			// them in its next collective, and they say more than
+			// silence.
 			return
 		}
 		ctl.c.unresponsive(ctl.peer, time.Since(time.Unix(0, ctl.heard.Load())), fmt.Errorf("control connection lost: %w", lost), ctl.stopped)
@@ -341,6 +342,9 @@ func (ctl *control) exited(lost error) {
 		case <-ctl.stopped:
 			return
 		case <-grace.C:
+		}
+		if ctl.c.hasFailed() {
+			return // nothing more to declare
 		}
 		was := waited
 		waited = ctl.c.awaitsUnread(ctl.peer)

@@ -1054,17 +1054,8 @@ func (l *link) awaitUnsent(by time.Time) {
 	}
 }
 
-// holdsUnread reports whether the peer's bytes are known to wait unread
-// on the link; mayHoldUnread, whether they may (true also where the conn
-// cannot tell). Any goroutine may call them.
-func (l *link) holdsUnread() bool {
-	if l.ur == nil {
-		return false
-	}
-	n, err := l.ur.Unread()
-	return err == nil && n > 0
-}
-
+// mayHoldUnread reports whether the peer's bytes may wait unread on the
+// link: they do, or the conn cannot tell. Any goroutine may call it.
 func (l *link) mayHoldUnread() bool {
 	if l.ur == nil {
 		return true

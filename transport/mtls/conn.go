@@ -72,6 +72,7 @@ var (
 	_ transport.BuffersWriter = (*Conn)(nil)
 	_ transport.CloseWriter   = (*Conn)(nil)
 	_ transport.UnsentCounter = (*Conn)(nil)
+	_ transport.UnreadCounter = (*Conn)(nil)
 )
 
 // newConn wraps inner; mk builds the tls.Conn over the raw conn.
@@ -399,15 +400,39 @@ func (c *Conn) CloseWrite() error {
 	return err
 }
 
+// Unread implements transport.UnreadCounter when the inner conn does: the
+// record bytes the inner conn holds unread and those read ahead from it
+// and not handed to crypto/tls yet (ciphertext: more than 0 means the peer
+// sent something that no Read has returned). crypto/tls is handed one
+// record at a time, so between Reads it holds none; plaintext it keeps
+// from a record whose Read was given a shorter buffer is not counted
+// (star reads whole frames, each sent in records of its own). It fails
+// while a Read is in progress (which owns the read-ahead) or the
+// handshake runs, and over an inner conn that cannot tell
+// (errors.ErrUnsupported).
+func (c *Conn) Unread() (int, error) {
+	uc, ok := c.inner.(transport.UnreadCounter)
+	if !ok {
+		return 0, fmt.Errorf("mtls: the inner conn cannot count unread bytes: %w", errors.ErrUnsupported)
+	}
+	if handshook, err := c.readyNow(false); !handshook {
+		return 0, errors.Join(errors.New("mtls: unread bytes: the handshake is not over"), err)
+	}
+	if !c.rmu.TryLock() {
+		return 0, errors.New("mtls: unread bytes: a read is in progress")
+	}
+	ahead := c.raw.rend - c.raw.rpos
+	c.rmu.Unlock()
+	n, err := uc.Unread()
+	return n + ahead, err
+}
+
 // Unsent implements transport.UnsentCounter when the inner conn does: the
 // record bytes the inner conn has not sent yet, and those stashed for it
 // (written without waiting, see WriteNow). It fails at once while a write
 // to the inner conn is in progress (it may wait for a peer that reads
 // nothing), and over an inner conn that cannot tell (an error wrapping
 // errors.ErrUnsupported).
-//
-// A Conn is not a transport.UnreadCounter: crypto/tls reads ahead into
-// buffers of its own, whose bytes could not be counted.
 func (c *Conn) Unsent() (int, error) {
 	uc, ok := c.inner.(transport.UnsentCounter)
 	if !ok {

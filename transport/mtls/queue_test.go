@@ -11,9 +11,10 @@ import (
 	"github.com/starcomm/starcomm/transport"
 )
 
-// TestQueues: over TLS over TCP, Unsent is 0 once the system has sent
-// what was written; a Conn does not claim to count unread bytes (crypto/tls
-// reads ahead into buffers of its own).
+// TestQueues: over TLS over TCP, Unread counts the record bytes of the
+// peer's writes that no Read has returned, one record (one write) after
+// another, and nothing once all are read, whatever crypto/tls would have
+// read ahead; Unsent is 0 once the system has sent what was written.
 func TestQueues(t *testing.T) {
 	p := testPKI(t)
 	l := tcpListen(t, p.config(t, p.server))
@@ -32,8 +33,8 @@ func TestQueues(t *testing.T) {
 	b := res.c
 	defer b.Close()
 
-	_, ok := a.(transport.UnreadCounter)
-	require.False(t, ok, "%T implements transport.UnreadCounter", a)
+	ur, ok := a.(transport.UnreadCounter)
+	require.True(t, ok, "%T implements transport.UnreadCounter", a)
 	us, ok := b.(transport.UnsentCounter)
 	require.True(t, ok, "%T implements transport.UnsentCounter", b)
 
@@ -43,13 +44,32 @@ func TestQueues(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, await(t, wrote, "Write"))
 
-	const size = 100
-	_, err = b.Write(make([]byte, size))
-	require.NoError(t, err)
+	const size, writes = 100, 3
+	for range writes {
+		_, err = b.Write(make([]byte, size))
+		require.NoError(t, err)
+	}
 	require.Eventually(t, func() bool {
 		n, err := us.Unsent()
 		return err == nil && n == 0
-	}, watchdog, time.Millisecond, "a record of %d bytes, sent", size)
-	_, err = io.ReadFull(a, make([]byte, size))
-	require.NoError(t, err)
+	}, watchdog, time.Millisecond, "%d records of %d bytes, sent", writes, size)
+	var last int
+	require.Eventually(t, func() bool {
+		n, err := ur.Unread()
+		last = n
+		return err == nil && n > writes*size
+	}, watchdog, time.Millisecond, "%d records of %d bytes, unread", writes, size)
+	for i := range writes {
+		_, err = io.ReadFull(a, make([]byte, size))
+		require.NoError(t, err)
+		n, err := ur.Unread()
+		require.NoError(t, err)
+		if i < writes-1 {
+			require.Greater(t, n, (writes-i-2)*size, "after %d of %d records (was %d)", i+1, writes, last)
+			require.Less(t, n, last, "after %d of %d records", i+1, writes)
+		} else {
+			require.Equal(t, 0, n, "all read")
+		}
+		last = n
+	}
 }

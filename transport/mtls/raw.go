@@ -1,6 +1,7 @@
 package mtls
 
 import (
+	"encoding/binary"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,47 @@ type rawConn struct {
 	// inner's bytes not handed to tls yet are rbuf[rpos:rend].
 	rbuf       []byte
 	rpos, rend int
+	// Where tls is in the record stream (see recordLimit): hdrHave bytes
+	// of a record header handed to it (in hdr), or recLeft bytes of a
+	// record's body still to hand.
+	hdr     [recordHeaderLen]byte
+	hdrHave int
+	recLeft int
+}
+
+// recordHeaderLen is the length of a TLS record's header: type, version,
+// and the body's length (u16 BE).
+const recordHeaderLen = 5
+
+// recordLimit bounds a read of n bytes for tls to the end of the record
+// (or record header) it is in: crypto/tls would otherwise take whole
+// buffers into buffers of its own, where Conn.Unread could not count them.
+// Between Reads, tls then holds no record bytes it has not returned (a
+// Read returns a record's plaintext in full unless the caller's buffer is
+// shorter).
+func (r *rawConn) recordLimit(n int) int {
+	if r.recLeft > 0 {
+		return min(n, r.recLeft)
+	}
+	return min(n, recordHeaderLen-r.hdrHave)
+}
+
+// handed follows the record stream over b, handed to tls.
+func (r *rawConn) handed(b []byte) {
+	for len(b) > 0 {
+		if r.recLeft > 0 {
+			k := min(len(b), r.recLeft)
+			r.recLeft -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(r.hdr[r.hdrHave:], b)
+		r.hdrHave += k
+		b = b[k:]
+		if r.hdrHave == recordHeaderLen {
+			r.recLeft, r.hdrHave = int(binary.BigEndian.Uint16(r.hdr[3:])), 0
+		}
+	}
 }
 
 // batchSize is how many bytes of records a large write hands the inner
@@ -79,9 +121,11 @@ func (wouldBlock) Temporary() bool { return true }
 // Read reads record bytes: what was read ahead, else from inner (without
 // waiting in readNow mode), reading ahead up to readAhead bytes.
 func (r *rawConn) Read(p []byte) (int, error) {
+	p = p[:r.recordLimit(len(p))]
 	if r.rpos < r.rend {
 		n := copy(p, r.rbuf[r.rpos:r.rend])
 		r.rpos += n
+		r.handed(p[:n])
 		return n, nil
 	}
 	if r.rbuf == nil {
@@ -102,6 +146,7 @@ func (r *rawConn) Read(p []byte) (int, error) {
 	r.rpos, r.rend = 0, n
 	k := copy(p, r.rbuf[:n])
 	r.rpos = k
+	r.handed(p[:k])
 	return k, nil // an error with data recurs at the next call
 }
 

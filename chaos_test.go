@@ -509,6 +509,17 @@ func assertFailedNaming(t *testing.T, p *chaosProc, res chaosResult, blamed int)
 	assert.Equal(t, blamed, res.int(t, "rank"), "rank %d names the wrong rank: %s", p.rank, res.msg)
 }
 
+// assertSurvivorsExit checks that every rank but victim exits with the
+// code of a reported, expected failure.
+func assertSurvivorsExit(t *testing.T, ctx context.Context, procs []*chaosProc, victim int) {
+	t.Helper()
+	for _, p := range procs {
+		if p.rank != victim {
+			assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+		}
+	}
+}
+
 // TestChaosKill crashes one rank with SIGKILL in the middle of a loop of
 // collectives, with the default-sized 60 s timeout: every survivor must fail
 // with CollectiveFailed naming the killed rank, within 5 s of the kill (the
@@ -598,11 +609,7 @@ func TestChaosKillAfterContributing(t *testing.T) {
 			assert.Less(t, detect, 2*time.Second, "rank %d detected the kill late", p.rank)
 		}
 	}
-	for _, p := range procs {
-		if p.rank != victim {
-			assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
-		}
-	}
+	assertSurvivorsExit(t, ctx, procs, victim)
 }
 
 // TestChaosKillBetweenCollectives kills worker 1 (SIGKILL) between two
@@ -634,11 +641,7 @@ func TestChaosKillBetweenCollectives(t *testing.T) {
 		assert.Contains(t, res.msg, "process ended", "rank %d learnt it from the control session", p.rank)
 		assert.Less(t, res.int(t, "call_ms"), 500, "rank %d's barrier fails at once: %s", p.rank, res.msg)
 	}
-	for _, p := range procs {
-		if p.rank != victim {
-			assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
-		}
-	}
+	assertSurvivorsExit(t, ctx, procs, victim)
 }
 
 // TestChaosRootExitsAhead: worker 1 is the root of a 64 KiB broadcast,
@@ -684,15 +687,11 @@ func TestChaosRootExitsAhead(t *testing.T) {
 // barrier after it (RESULT), or "DONE".
 func aheadChild() int {
 	ctx := context.Background()
-	c, awaitSessions, code := startWatched(ctx)
+	c, code := startPastBarrier(ctx)
 	if c == nil {
 		return code
 	}
 	defer c.Close()
-	if err := c.Barrier(ctx); err != nil {
-		return chaosReport("barrier", err, 0)
-	}
-	awaitSessions()
 	want := make([]byte, 64<<10)
 	for i := range want {
 		want[i] = byte(i*31 + 7)
@@ -741,20 +740,33 @@ func startWatched(ctx context.Context) (comm.Communicator, func(), int) {
 	}, 0
 }
 
+// startPastBarrier starts a child's communicator (see startWatched), runs
+// a first barrier and waits for its control sessions; on failure, nil and
+// the exit code of the RESULT line it printed (the communicator closed).
+func startPastBarrier(ctx context.Context) (comm.Communicator, int) {
+	c, awaitSessions, code := startWatched(ctx)
+	if c == nil {
+		return nil, code
+	}
+	if err := c.Barrier(ctx); err != nil {
+		code := chaosReport("barrier", err, 0)
+		_ = c.Close()
+		return nil, code
+	}
+	awaitSessions()
+	return c, 0
+}
+
 // idleChild runs one rank of the idle mode: a barrier, "DONE1" once its
 // control sessions are up, then 2 s of sleep (3 s on the last rank) and a
 // second barrier, whose failure it reports (RESULT), or "DONE2".
 func idleChild() int {
 	ctx := context.Background()
-	c, awaitSessions, code := startWatched(ctx)
+	c, code := startPastBarrier(ctx)
 	if c == nil {
 		return code
 	}
 	defer c.Close()
-	if err := c.Barrier(ctx); err != nil {
-		return chaosReport("barrier", err, 0)
-	}
-	awaitSessions()
 	fmt.Println("DONE1")
 	pause := 2 * time.Second
 	if c.Rank() == c.Size()-1 {

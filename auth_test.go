@@ -128,6 +128,34 @@ func TestConfigToken(t *testing.T) {
 			assertNoToken(t, "the error", err.Error())
 		})
 	}
+	// Set but blank: an error naming the variable (a lost secret must not
+	// turn authentication off), for the tcp backend only; unset is fine.
+	for _, name := range []string{"COBRE_TCP_TOKEN", "COBRE_TCP_TOKEN_FILE"} {
+		for _, blank := range []string{"", " \t "} {
+			t.Run(fmt.Sprintf("blank/%s=%q", name, blank), func(t *testing.T) {
+				_, err := starcomm.ConfigFromLookup(lookup(with(map[string]string{name: blank})))
+				errs := allErrors(err)
+				require.Len(t, errs, 1, "%v", err)
+				var ic *starcomm.InvalidConfigurationError
+				require.ErrorAs(t, errs[0], &ic)
+				assert.Equal(t, name, ic.Var)
+				assert.Contains(t, ic.Allowed, "is set but blank")
+				assert.Contains(t, ic.Allowed, "unset it to run without authentication")
+				// shm and local do not read the token variables.
+				cfg, err := starcomm.ConfigFromLookup(lookup(map[string]string{"COBRE_SHM_NAME": "j", "COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "2", name: blank}))
+				require.NoError(t, err)
+				assert.Empty(t, cfg.Token)
+				_, err = starcomm.ConfigFromLookup(lookup(map[string]string{"COBRE_COMM_BACKEND": "local", name: blank}))
+				require.NoError(t, err)
+			})
+		}
+	}
+	t.Run("unset", func(t *testing.T) {
+		cfg, err := starcomm.ConfigFromLookup(lookup(worker))
+		require.NoError(t, err)
+		assert.Empty(t, cfg.Token)
+		assert.Empty(t, cfg.TokenFile)
+	})
 	t.Run("validate/both", func(t *testing.T) {
 		cfg := starcomm.DefaultConfig()
 		cfg.Backend, cfg.Size, cfg.Token, cfg.TokenFile = "tcp", 2, star.Token(testToken), good

@@ -394,8 +394,11 @@ func configFromVars(lookup func(string) (string, bool)) (Config, []error) {
 	bad := map[string]error{}     // their parse errors
 	for i := range variables {
 		v := &variables[i]
-		s, _ := lookup(v.name)
+		s, set := lookup(v.name)
 		if s = strings.TrimSpace(s); s == "" {
+			if set && v.setBlank != "" {
+				bad[v.name] = &InvalidConfigurationError{Var: src.name(v.name), Allowed: v.setBlank}
+			}
 			continue
 		}
 		values[v.name] = s

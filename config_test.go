@@ -713,6 +713,72 @@ func TestConfigFromEnvReadsEnviron(t *testing.T) {
 	require.ErrorAs(t, err, &u)
 }
 
+// TestConfigHosts: COBRE_TCP_COORDINATOR and COBRE_TCP_BIND_ADDR take a
+// host name or IP address without a port; an IPv6 address may keep its
+// brackets, which are dropped. A port, a URL, brackets around another
+// thing or a ':' that does not make an IPv6 address is an
+// InvalidConfigurationError naming the variable and saying what is wrong,
+// both from the environment and from Validate.
+func TestConfigHosts(t *testing.T) {
+	for _, tc := range []struct {
+		value, want string // want: the host kept, or "" for an error
+		why         string // in the error
+	}{
+		{"node0", "node0", ""},
+		{"10.0.0.1", "10.0.0.1", ""},
+		{"::1", "::1", ""},
+		{"[::1]", "::1", ""},
+		{"[fe80::1%eth0]", "fe80::1%eth0", ""},
+		{"::", "::", ""},
+		{"node0:29500", "", "without a port; the port goes in COBRE_TCP_PORT"},
+		{"10.0.0.1:80", "", "without a port; the port goes in COBRE_TCP_PORT"},
+		{"[::1]:29500", "", "without a port; the port goes in COBRE_TCP_PORT"},
+		{"tcp://node0", "", "not a URL"},
+		{"[node0]", "", "brackets must enclose an IPv6 address"},
+		{"[10.0.0.1]", "", "brackets must enclose an IPv6 address"},
+		{"[::1", "", "brackets must enclose an IPv6 address"},
+		{"1:2:3", "", "neither a host name"},
+		{"node 0", "", "white space or a slash"},
+		{"node0/24", "", "white space or a slash"},
+	} {
+		for _, v := range []struct{ env, field string }{{"COBRE_TCP_COORDINATOR", "Coordinator"}, {"COBRE_TCP_BIND_ADDR", "BindAddr"}} {
+			t.Run(v.env+"="+tc.value, func(t *testing.T) {
+				rank := "1"
+				if v.env == "COBRE_TCP_BIND_ADDR" {
+					rank = "0"
+				}
+				cfg, err := starcomm.ConfigFromLookup(lookup(map[string]string{"COBRE_COMM_BACKEND": "tcp", "COBRE_TCP_RANK": rank, "COBRE_TCP_SIZE": "2", v.env: tc.value}))
+				got := cfg.Coordinator
+				if v.env == "COBRE_TCP_BIND_ADDR" {
+					got = cfg.BindAddr
+				}
+				goCfg := starcomm.DefaultConfig()
+				goCfg.Backend, goCfg.Rank, goCfg.Size, goCfg.Coordinator = "tcp", 1, 2, "node0"
+				if v.env == "COBRE_TCP_BIND_ADDR" {
+					goCfg.BindAddr = tc.value
+				} else {
+					goCfg.Coordinator = tc.value
+				}
+				verr := goCfg.Validate()
+				if tc.want != "" {
+					require.NoError(t, err)
+					assert.Equal(t, tc.want, got)
+					assert.NoError(t, verr)
+					return
+				}
+				var ic *starcomm.InvalidConfigurationError
+				require.ErrorAs(t, err, &ic)
+				assert.Equal(t, v.env, ic.Var)
+				assert.Equal(t, tc.value, ic.Value)
+				assert.Contains(t, ic.Allowed, tc.why)
+				require.ErrorAs(t, verr, &ic)
+				assert.Equal(t, v.field, ic.Var)
+				assert.Contains(t, ic.Allowed, tc.why)
+			})
+		}
+	}
+}
+
 // TestConfigEnvironEntries: a later entry wins; blanks are trimmed.
 func TestConfigEnvironEntries(t *testing.T) {
 	cfg, err := starcomm.ConfigFromEnviron([]string{"COBRE_TCP_SIZE=4", "COBRE_TCP_SIZE=1", "COBRE_TCP_BIND_ADDR= 10.0.0.1 ", "COBRE_TCP_RANK=0=0"})
@@ -906,4 +972,45 @@ func TestStarrunNamesRankFailingStartup(t *testing.T) {
 	last := lines[len(lines)-1]
 	want := regexp.MustCompile(`^starrun: rank 0 \(pid \d+\) exited with code 1: root cause \(its error: "comm: .*127\.0\.0\.1:` + port + `.*"\)$`)
 	assert.Regexp(t, want, last, "the last line\n%s", stderr.String())
+}
+
+// TestIPv6Brackets: over real TCP on the IPv6 loopback, rank 0 built in Go
+// with BindAddr "[::1]" and a worker built by FromEnv with
+// COBRE_TCP_COORDINATOR=[::1] (brackets kept) form a job whose allreduce
+// is right.
+func TestIPv6Brackets(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback on this host: %v", err)
+	}
+	require.NoError(t, ln.Close())
+	testkit.CheckGoroutines(t)
+	cfg := starcomm.DefaultConfig()
+	cfg.Backend, cfg.Rank, cfg.Size, cfg.Port, cfg.BindAddr = "tcp", 0, 2, 0, "[::1]"
+	cfg.ConnectTimeout, cfg.Timeout = 10*time.Second, 10*time.Second
+	port := make(chan int, 1)
+	cfg.Listening = func(p int) { port <- p }
+	coord := testkit.Async(func() rankOutcome {
+		c, err := starcomm.New(context.Background(), cfg)
+		return rankOutcome{c, err}
+	})
+	var p int
+	select {
+	case p = <-port:
+	case o := <-coord:
+		t.Fatalf("rank 0 did not start: %v", o.err)
+	}
+	setWorkerEnv(t, 1, 2, p, map[string]string{"COBRE_TCP_COORDINATOR": "[::1]"})
+	w, err := starcomm.FromEnv(context.Background())
+	require.NoError(t, err)
+	o := <-coord
+	require.NoError(t, o.err)
+	comms := []comm.Communicator{o.c, w}
+	sums := make([][]int64, 2)
+	require.NoError(t, errors.Join(testkit.RunRanks(comms, func(c comm.Communicator) error {
+		sums[c.Rank()] = make([]int64, 1)
+		return comm.Allreduce(context.Background(), c, []int64{int64(c.Rank() + 1)}, sums[c.Rank()], comm.Sum)
+	})...))
+	assert.Equal(t, [][]int64{{3}, {3}}, sums)
+	require.NoError(t, testkit.CloseAll(comms))
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,8 +27,8 @@ import (
 var variables = []variable{
 	{name: EnvBackend, field: "Backend", codec: backendName,
 		meaning: "`auto`, `tcp`, `shm` or `local`. `auto` picks `tcp` when `COBRE_TCP_COORDINATOR` is set, else `shm` when `COBRE_SHM_NAME` is set, else `tcp` when `COBRE_TCP_SIZE` > 1 or `COBRE_TCP_RANK` > 0 (more than one rank is never run as one: rank 0 listens, a worker without `COBRE_TCP_COORDINATOR` is an error), else `local`. `local` is single-rank: a size above 1 is an error"},
-	{name: EnvCoordinator, field: "Coordinator", reads: tcpOnly, need: requiredOnWorkers, codec: text(func(c *Config) *string { return &c.Coordinator }),
-		meaning: "host name or IP address of rank 0 (IPv6 without brackets), which workers dial; a name that does not resolve yet is retried until the connect timeout. Rank 0 does not read it"},
+	{name: EnvCoordinator, field: "Coordinator", reads: tcpOnly, need: requiredOnWorkers, check: hostOK(func(c Config) string { return c.Coordinator }), codec: hostText(func(c *Config) *string { return &c.Coordinator }),
+		meaning: "host name or IP address of rank 0, without a port (an IPv6 address with or without brackets), which workers dial; a name that does not resolve yet is retried until the connect timeout. Rank 0 does not read it"},
 	{name: EnvPort, field: "Port", reads: tcpOnly, check: portInRange, codec: whole(1, 65535, "must be a TCP port in 1..65535", func(c *Config) *int { return &c.Port }),
 		meaning: "rank 0's TCP port, 1..65535, the same on every rank"},
 	{name: EnvRank, field: "Rank", reads: ranked, need: requiredByRanked, check: rule(func(c Config) bool { return c.Rank >= 0 }, "must be >= 0"), codec: whole(0, math.MaxInt32, "must be an integer >= 0 and < "+EnvSize, func(c *Config) *int { return &c.Rank }),
@@ -35,8 +37,8 @@ var variables = []variable{
 		meaning: "number of ranks, >= 1, the same on every rank; at most 1048576 (`tcp`) or 32768 (`shm`)"},
 	{name: EnvTimeoutSecs, field: "Timeout", reads: tcpOnly, check: atLeast(func(c Config) time.Duration { return c.Timeout }, minTimeout), codec: seconds(minTimeout, func(c *Config) *time.Duration { return &c.Timeout }),
 		meaning: "timeout of collectives, in seconds (decimals allowed, 0.001..31536000: 1 ms to a year): a read or write, polled or not, that makes no progress this long declares the peer failed. A worker's `Close` waits at most this long for rank 0's Shutdown. Also TCP_USER_TIMEOUT (capped at its 24.8-day maximum)"},
-	{name: EnvBindAddr, field: "BindAddr", reads: tcpOnly, codec: text(func(c *Config) *string { return &c.BindAddr }),
-		meaning: "address rank 0 listens on: `0.0.0.0` for every IPv4 interface, or one of its addresses (IPv4 or IPv6) to accept connections through that interface only"},
+	{name: EnvBindAddr, field: "BindAddr", reads: tcpOnly, check: hostOK(func(c Config) string { return c.BindAddr }), codec: hostText(func(c *Config) *string { return &c.BindAddr }),
+		meaning: "address rank 0 listens on, without a port: `0.0.0.0` for every IPv4 interface, `::` for every interface, or one of its addresses (IPv4 or IPv6) to accept connections through that interface only"},
 	{name: EnvConnectTimeoutMS, field: "ConnectTimeout", reads: tcpAndShm, check: rule(func(c Config) bool { return c.ConnectTimeout > 0 }, "must be positive"), codec: wholeDuration(time.Millisecond, 1, math.MaxInt32, "must be a whole number of milliseconds in 1..2147483647", func(c *Config) *time.Duration { return &c.ConnectTimeout }),
 		meaning: "start-up bound (1..2147483647): rank 0's wait for every worker, and a worker's connect retries; rank 0 answers every worker at once when all have joined (or names the missing rank), so a worker waits for that answer up to this long after it registered (plus min(half of it, 500 ms)). `shm`: how long a rank waits for every rank to join the segment"},
 	{name: EnvShmName, field: "ShmName", reads: shmOnly, need: requiredByShm, check: shmNameOK, codec: shmName,
@@ -57,10 +59,10 @@ var variables = []variable{
 		meaning: "starcomm's addition: the level of the library's log on standard error: `off`, `error`, `warn` (stall reports: what a waiting collective waits for), `info` or `debug` (control sessions)"},
 	{name: EnvDebug, field: "Debug", reads: tcpOnly, check: debugNeedsControl, codec: choice([]string{DebugOff, DebugDetail}, func(c *Config) *string { return &c.Debug }),
 		meaning: "starcomm's addition: `detail` compares every rank's arguments to every collective (operation, element type, counts or length, root, reduce op) before its data, and fails every rank, naming the one that differs, on a mismatch the wire cannot show; it costs a message per rank per collective"},
-	{name: EnvToken, field: "Token", reads: tcpOnly, codec: tokenText,
-		meaning: "starcomm's addition: the job's shared secret, the same on every rank (surrounding white space ignored; use a long random one, such as `openssl rand -hex 32`). Rank 0 then registers a worker, and accepts its control session, only once it has answered a challenge (a fresh random nonce) with an HMAC-SHA256 keyed with the token; the token never crosses the wire and never appears in a message or log. Every rank must then be starcomm and have the token. It authenticates ranks; it does not encrypt. See \"Authentication\""},
-	{name: EnvTokenFile, field: "TokenFile", reads: tcpOnly, codec: tokenFile,
-		meaning: "starcomm's addition: a file whose content (surrounding white space ignored) is the token, so that the secret need not sit in the environment (a mounted secret: a link to a regular file is followed); a file that cannot be read, is not a regular file (a named pipe, a device, a directory), is empty or is over 64 KiB is an error. Not together with `COBRE_TCP_TOKEN`. Only the `tcp` backend reads either"},
+	{name: EnvToken, field: "Token", reads: tcpOnly, codec: tokenText, setBlank: blankToken,
+		meaning: "starcomm's addition: the job's shared secret, the same on every rank (surrounding white space ignored; set but blank is an error, not a way to turn authentication off; use a long random one, such as `openssl rand -hex 32`). Rank 0 then registers a worker, and accepts its control session, only once it has answered a challenge (a fresh random nonce) with an HMAC-SHA256 keyed with the token; the token never crosses the wire and never appears in a message or log. Every rank must then be starcomm and have the token. It authenticates ranks; it does not encrypt. See \"Authentication\""},
+	{name: EnvTokenFile, field: "TokenFile", reads: tcpOnly, codec: tokenFile, setBlank: blankTokenFile,
+		meaning: "starcomm's addition: a file whose content (surrounding white space ignored) is the token, so that the secret need not sit in the environment (a mounted secret: a link to a regular file is followed); a file that cannot be read, is not a regular file (a named pipe, a device, a directory), is empty or is over 64 KiB is an error, as is the variable set but blank. Not together with `COBRE_TCP_TOKEN`. Only the `tcp` backend reads either"},
 	{name: EnvErrorFile, field: "ErrorFile", codec: text(func(c *Config) *string { return &c.ErrorFile }),
 		meaning: "file where this rank records its first failure (one JSON record) for its launcher, which then names the root cause; unset: no file. The launchers set one per rank"},
 }
@@ -80,6 +82,11 @@ type variable struct {
 	check func(b string, c Config) string
 	codec
 	meaning string // the README's meaning column
+	// setBlank, if not "", makes the variable set to blanks an error
+	// saying this, where other variables count as unset: a token that a
+	// script lost (COBRE_TCP_TOKEN=$UNSET) must not turn authentication
+	// off unnoticed.
+	setBlank string
 }
 
 // codec parses a variable's value into its Config field and writes the
@@ -261,6 +268,76 @@ func (c Config) token() (star.Token, error) {
 		return nil, &InvalidConfigurationError{Var: lookupVariable(EnvTokenFile).field, Value: c.TokenFile, Allowed: why}
 	}
 	return tok, nil
+}
+
+// The errors of the token variables set to blanks.
+const (
+	blankToken     = "is set but blank: set it to the job's token, or unset it to run without authentication"
+	blankTokenFile = "is set but blank: set it to the path of the file that holds the job's token, or unset it to run without authentication"
+)
+
+// hostText is a host name or IP address without a port (checkHost); the
+// brackets of an IPv6 address are removed.
+func hostText(f func(*Config) *string) codec {
+	return codec{
+		parse: func(c *Config, v string) error {
+			host, why := checkHost(v)
+			*f(c) = host
+			if why != "" {
+				return notAllowed(why)
+			}
+			return nil
+		},
+		show: func(c Config) string { return *f(&c) },
+	}
+}
+
+// hostOK is Validate's check of a host field (set: checkHost).
+func hostOK(get func(Config) string) func(string, Config) string {
+	return func(_ string, c Config) string {
+		if s := get(c); s != "" {
+			_, why := checkHost(s)
+			return why
+		}
+		return ""
+	}
+}
+
+// checkHost returns s as a host to dial or bind, an IPv6 address's
+// brackets removed, or what is wrong with it: a port (it is
+// COBRE_TCP_PORT), a URL, or a ':' that does not make an IPv6 address.
+// Names are not looked up here (a worker retries one that does not
+// resolve yet).
+func checkHost(s string) (string, string) {
+	if inner, ok := strings.CutPrefix(s, "["); ok {
+		inner, ok = strings.CutSuffix(inner, "]")
+		if a, err := netip.ParseAddr(inner); ok && err == nil && a.Is6() {
+			return inner, ""
+		}
+	}
+	const port = "the port goes in " + EnvPort + " (Config.Port)"
+	switch _, _, err := net.SplitHostPort(s); {
+	case strings.Contains(s, "://"):
+		return s, "must be a host name or IP address, not a URL; " + port
+	case err == nil:
+		return s, "must be a host name or IP address without a port; " + port
+	case strings.HasPrefix(s, "["):
+		return s, "brackets must enclose an IPv6 address, such as [::1]"
+	case strings.Contains(s, ":"):
+		if _, err := netip.ParseAddr(s); err != nil {
+			return s, "is neither a host name (no ':') nor an IPv6 address (" + err.Error() + ")"
+		}
+	case strings.ContainsAny(s, " \t/\\"):
+		return s, "is not a host name or IP address: it holds white space or a slash"
+	}
+	return s, ""
+}
+
+// bareHost is s without an IPv6 address's brackets (a Config built in Go
+// may keep them; checkHost accepted it).
+func bareHost(s string) string {
+	h, _ := checkHost(s)
+	return h
 }
 
 // text is any non-blank string.

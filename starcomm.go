@@ -136,7 +136,7 @@ func newShm(ctx context.Context, cfg Config) (comm.Communicator, error) {
 
 func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	tc := tcp.DefaultConfig()
-	tc.BindAddr = cfg.BindAddr
+	tc.BindAddr = bareHost(cfg.BindAddr)
 	// TCP_USER_TIMEOUT holds at most about 24.8 days; a longer collective
 	// timeout still applies to the collectives, the socket option is capped.
 	tc.Timeout = min(cfg.Timeout, tcp.MaxUserTimeout)
@@ -189,7 +189,7 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 		}
 	default:
 		sc.Dialer = tcp.NewDialer(tc)
-		sc.Addr = net.JoinHostPort(cfg.Coordinator, strconv.Itoa(cfg.Port))
+		sc.Addr = net.JoinHostPort(bareHost(cfg.Coordinator), strconv.Itoa(cfg.Port))
 		if tlsCfg != nil {
 			if sc.Dialer, err = mtls.NewDialer(sc.Dialer, *tlsCfg); err != nil {
 				return nil, &comm.InitializationFailedError{Backend: BackendTCP, Err: err}

@@ -156,7 +156,7 @@ type MissingRanksError struct {
 
 // Error lists the ranks that never joined, and why the wait ended.
 func (e *MissingRanksError) Error() string {
-	return fmt.Sprintf("missing ranks %v: %v", e.Ranks, e.Err)
+	return fmt.Sprintf("missing ranks %s: %v", comm.FormatRanks(e.Ranks), e.Err)
 }
 
 // Unwrap returns the cause.

@@ -226,7 +226,7 @@ func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) 
 			return blamed, &MissingRanksError{Ranks: s.missing(), Err: c.abortCause(w)}
 		}
 		if err := ctx.Err(); err != nil {
-			return c.rank, fmt.Errorf("waiting for ranks %v to join: %w", s.missing(), err)
+			return c.rank, fmt.Errorf("waiting for ranks %s to join: %w", comm.FormatRanks(s.missing()), err)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -235,7 +235,7 @@ func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) 
 			if len(missing) > 0 {
 				blamed = missing[0]
 			}
-			c.raise(opStartup, blamed, causeStartup, fmt.Sprintf("ranks %v never joined segment %s within %v", missing, s.path, c.cfg.ConnectTimeout))
+			c.raise(opStartup, blamed, causeStartup, fmt.Sprintf("ranks %s never joined segment %s within %v", comm.FormatRanks(missing), s.path, c.cfg.ConnectTimeout))
 			if w := atomic.LoadUint64(s.u64(hAbort)); w != 0 {
 				blamed, _, _, _ = unpackAbort(w)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xtaci/smux"
 
+	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/transport"
 )
 
@@ -674,7 +675,7 @@ func (a *admission) missing(cause error) error {
 			missing = append(missing, r)
 		}
 	}
-	msg := fmt.Sprintf("%d of %d workers registered within %v; missing ranks %v", a.cfg.Size-1-len(missing), a.cfg.Size-1, a.cfg.ConnectTimeout, missing)
+	msg := fmt.Sprintf("%d of %d workers registered within %v; missing ranks %s", a.cfg.Size-1-len(missing), a.cfg.Size-1, a.cfg.ConnectTimeout, comm.FormatRanks(missing))
 	if a.refusals > 0 {
 		msg += fmt.Sprintf("; refused %d connection(s), last: %s", a.refusals, a.lastRefusal)
 	}

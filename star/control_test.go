@@ -131,6 +131,29 @@ func TestTimeoutSaysWhatItWaitedFor(t *testing.T) {
 	})
 }
 
+// TestTimeoutManyMissingRanks: with more ranks missing than
+// comm.MaxRanksItems, the timeout's message writes them as a range and
+// tells how the first MaxRanksItems are, then counts the rest.
+func TestTimeoutManyMissingRanks(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := withControl(t, 24, time.Minute, 10*time.Second, nil, nil)
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			if r := c.Rank(); r >= 1 && r <= 20 {
+				time.Sleep(2 * time.Minute)
+			}
+			return c.Barrier(ctx)
+		})
+		var cf *comm.CollectiveFailedError
+		require.ErrorAs(t, errs[0], &cf)
+		assert.True(t, cf.Rank >= 1 && cf.Rank <= 20, "names a missing rank: %v", cf)
+		assert.Regexp(t, `barrier #1 waited 1m0\.\d+s for ranks \[1-20\] \(0,21,22,23 arrived\); rank 1 alive, has finished no collective; `, cf.Error())
+		assert.Contains(t, cf.Error(), "; rank 16 alive, has finished no collective; and 4 more ranks")
+		assert.NotContains(t, cf.Error(), "rank 17 alive")
+	})
+}
+
 // desyncCase is one way for ranks to disagree that the wire cannot show.
 type desyncCase struct {
 	name string

@@ -270,6 +270,22 @@ func TestStartupTimeout(t *testing.T) {
 	})
 }
 
+// TestStartupTimeoutManyRanks: a coordinator of 40000 ranks that no
+// worker joins names the missing ones in one short line.
+func TestStartupTimeoutManyRanks(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		ln, err := pipe.NewNetwork().Listen("c")
+		require.NoError(t, err)
+		cfg := star.DefaultConfig()
+		cfg.Rank, cfg.Size, cfg.Listener, cfg.ConnectTimeout = 0, 40000, ln, time.Second
+		_, err = star.New(context.Background(), cfg)
+		var ife *comm.InitializationFailedError
+		require.ErrorAs(t, err, &ife)
+		assert.Contains(t, err.Error(), "0 of 39999 workers registered within 1s; missing ranks [1-39999]")
+		assert.Less(t, len(err.Error()), 300, err.Error())
+	})
+}
+
 // TestDialRefused: a worker with nobody listening fails with
 // InitializationFailed keeping ECONNREFUSED.
 func TestDialRefused(t *testing.T) {

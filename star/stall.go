@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/starcomm/starcomm/comm"
 )
 
 // The coordinator knows, for every collective, which workers' frames have
@@ -102,12 +104,16 @@ func (co *coordinator) stall(seq uint64, op string, start, now time.Time, verb s
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s #%d %s %v for ranks %v", op, seq, verb, now.Sub(start).Round(time.Millisecond), missing)
+	fmt.Fprintf(&b, "%s #%d %s %v for ranks %s", op, seq, verb, now.Sub(start).Round(time.Millisecond), comm.FormatRanks(missing))
 	if phase == "took the result" {
 		b.WriteString(" to take the result")
 	}
 	fmt.Fprintf(&b, " (%s %s)", joinRanks(there), phase)
-	for _, r := range missing {
+	for i, r := range missing {
+		if i == comm.MaxRanksItems {
+			fmt.Fprintf(&b, "; and %d more ranks", len(missing)-i)
+			break
+		}
 		l := co.byRank[r]
 		fmt.Fprintf(&b, "; rank %d ", r)
 		if ctl := l.ctl.Load(); ctl != nil {
@@ -124,8 +130,12 @@ func (co *coordinator) stall(seq uint64, op string, start, now time.Time, verb s
 	return b.String()
 }
 
-// joinRanks writes ranks as "0,1,2".
+// joinRanks writes ranks as "0,1,2", or more than comm.MaxRanksItems
+// ranks as comm.FormatRanks does, without its brackets.
 func joinRanks(ranks []int) string {
+	if len(ranks) > comm.MaxRanksItems {
+		return strings.Trim(comm.FormatRanks(ranks), "[]")
+	}
 	s := make([]string, len(ranks))
 	for i, r := range ranks {
 		s[i] = strconv.Itoa(r)

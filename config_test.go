@@ -974,6 +974,47 @@ func TestStarrunNamesRankFailingStartup(t *testing.T) {
 	assert.Regexp(t, want, last, "the last line\n%s", stderr.String())
 }
 
+// TestStarrunBind: starrun's workers dial the address rank 0 binds
+// (--bind 127.0.0.2, --bind [::1], an inherited COBRE_TCP_BIND_ADDR), so
+// the job runs; before, they dialed 127.0.0.1 and were refused. Real
+// processes over TCP.
+func TestStarrunBind(t *testing.T) {
+	skipUnlessChaos(t)
+	bin := starrunPath(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		env   []string
+		probe string // an address that must be bindable here
+	}{
+		{"bind=127.0.0.2", []string{"--bind", "127.0.0.2"}, nil, "127.0.0.2:0"},
+		{"bind=[::1]", []string{"--bind", "[::1]"}, nil, "[::1]:0"},
+		{"inherited=127.0.0.3", nil, []string{"COBRE_TCP_BIND_ADDR=127.0.0.3"}, "127.0.0.3:0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", tc.probe)
+			if err != nil {
+				t.Skipf("cannot listen on %s here: %v", tc.probe, err)
+			}
+			require.NoError(t, ln.Close())
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			args := append(append([]string{"-n", "3"}, tc.flags...), "--", self)
+			cmd := exec.CommandContext(ctx, bin, args...)
+			cmd.Env = append(append(launcherFreeEnv(), envLauncherChild+"=1", "GORACE=atexit_sleep_ms=0", "COBRE_TCP_CONNECT_TIMEOUT_MS=10000"), tc.env...)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Run(), "stderr:\n%s", stderr.String())
+			for r := range 3 {
+				assert.Contains(t, stdout.String(), fmt.Sprintf("[%d] rank=%d size=3", r, r))
+			}
+			assert.Equal(t, 3, strings.Count(stdout.String(), " sum=3\n"), stdout.String())
+		})
+	}
+}
+
 // TestIPv6Brackets: over real TCP on the IPv6 loopback, rank 0 built in Go
 // with BindAddr "[::1]" and a worker built by FromEnv with
 // COBRE_TCP_COORDINATOR=[::1] (brackets kept) form a job whose allreduce

@@ -54,8 +54,8 @@ func launch(o options, stdout, stderr io.Writer) int {
 	}
 	// Subscribe before any rank starts, so no signal can kill starbench
 	// without the ranks being stopped too.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, joblaunch.StopSignals...)
 	defer signal.Stop(sigs)
 	command := append([]string{exe}, rankArgs(o)...)
 	return exitCode(joblaunch.Run(launchConfig(o, command, os.Environ(), stdout, stderr, sigs)))

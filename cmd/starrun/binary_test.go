@@ -109,38 +109,108 @@ func (p *processJob) wait(t *testing.T) *os.ProcessState {
 	}
 }
 
-func TestProcessForwardsSIGINT(t *testing.T) {
+// TestProcessForwardsSignals: SIGINT, SIGHUP (the terminal closed) and
+// SIGQUIT (Ctrl-\) sent to the starrun process reach every rank and the
+// processes the ranks started; starrun reaps them and exits as the first
+// rank to end did (128 + the signal's number, 2 for a Go rank's SIGQUIT).
+func TestProcessForwardsSignals(t *testing.T) {
 	t.Parallel()
-	const n = 3
-	p := startProcess(t, n, "*=grandchild")
-	pids := p.rankPids(t, n)
-	var grandchildren []int
-	for r := range n {
-		pid, err := waitPidFile(filepath.Join(p.dir, fmt.Sprintf("grandchild%d.pid", r)), jobTimeout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		grandchildren = append(grandchildren, pid)
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		name string // as starrun writes it
+		code int
+	}{
+		{syscall.SIGINT, "SIGINT", 130},
+		{syscall.SIGHUP, "SIGHUP", 129},
+		// A Go program left to SIGQUIT's default prints its goroutines'
+		// stacks and exits 2 (the fake ranks are Go).
+		{syscall.SIGQUIT, "SIGQUIT", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const n = 3
+			p := startProcess(t, n, "*=grandchild")
+			pids := p.rankPids(t, n)
+			var grandchildren []int
+			for r := range n {
+				pid, err := waitPidFile(filepath.Join(p.dir, fmt.Sprintf("grandchild%d.pid", r)), jobTimeout)
+				if err != nil {
+					t.Fatal(err)
+				}
+				grandchildren = append(grandchildren, pid)
+			}
+			if err := p.cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			state := p.wait(t)
+			if got := state.ExitCode(); got != tc.code {
+				t.Errorf("exit code = %d (%v), want %d; stderr:\n%s", got, state, tc.code, p.stderr.String())
+			}
+			if want := "starrun: received " + tc.name + "; forwarding it to all ranks\n"; !strings.Contains(p.stderr.String(), want) {
+				t.Errorf("stderr lacks %q:\n%s", want, p.stderr.String())
+			}
+			// starrun reaped its ranks before exiting, so they are gone for good.
+			for r, pid := range pids {
+				requireReaped(t, fmt.Sprintf("rank %d", r), pid)
+			}
+			for r, pid := range grandchildren {
+				requireGone(t, "grandchild", pid)
+				if got := grandchildSignal(p.dir, r); got != tc.sig.String() {
+					t.Errorf("grandchild of rank %d recorded signal %q, want %q", r, got, tc.sig.String())
+				}
+			}
+		})
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+}
+
+// TestProcessOutputClosed: starrun whose standard output is a pipe that
+// its reader closed (starrun ... | head) is not killed by SIGPIPE: it says
+// so, stops the ranks with SIGTERM, reaps them, removes the job's
+// directory and exits 143.
+func TestProcessOutputClosed(t *testing.T) {
+	t.Parallel()
+	bin := starrunBinary(t)
+	self, err := os.Executable()
+	if err != nil {
 		t.Fatal(err)
 	}
+	dir, tmp := t.TempDir(), t.TempDir()
+	killLeftovers(t, dir)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-n", "2", "--grace", "10s", "--", self)
+	cmd.Env = append(os.Environ(), envPlan+"=*=spam", envDir+"="+dir, fastRaceExit(), "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	_ = w.Close()
+	p := &processJob{cmd: cmd, dir: dir}
+	pids := p.rankPids(t, 2)
+	line := make([]byte, 10)
+	if _, err := r.Read(line); err != nil { // the output flows
+		t.Fatal(err)
+	}
+	_ = r.Close() // | head has what it wanted
 	state := p.wait(t)
-	if got := state.ExitCode(); got != 130 {
-		t.Errorf("exit code = %d (%v), want 130; stderr:\n%s", got, state, p.stderr.String())
+	if state.Sys().(syscall.WaitStatus).Signaled() {
+		t.Fatalf("starrun was killed by %v; stderr:\n%s", state, stderr.String())
 	}
-	if want := "starrun: received SIGINT; forwarding it to all ranks\n"; !strings.Contains(p.stderr.String(), want) {
-		t.Errorf("stderr lacks %q:\n%s", want, p.stderr.String())
+	if got := state.ExitCode(); got != 143 {
+		t.Errorf("exit code = %d, want 143 (the ranks' SIGTERM); stderr:\n%s", got, stderr.String())
 	}
-	// starrun reaped its ranks before exiting, so they are gone for good.
+	if want := "starrun: its output is a closed pipe (SIGPIPE); stopping ranks 0, 1 with SIGTERM\n"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+	}
 	for r, pid := range pids {
 		requireReaped(t, fmt.Sprintf("rank %d", r), pid)
 	}
-	for r, pid := range grandchildren {
-		requireGone(t, "grandchild", pid)
-		if got := grandchildSignal(p.dir, r); got != "interrupt" {
-			t.Errorf("grandchild of rank %d recorded signal %q, want \"interrupt\"", r, got)
-		}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("starrun left %d entries in its temporary directory (%s, ...)", len(left), left[0].Name())
 	}
 }
 

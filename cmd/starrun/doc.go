@@ -15,7 +15,9 @@
 //	--timeout S   collective timeout in seconds, decimals allowed (1.5, 0.25), 0.001..31536000
 //	              (1 ms to a year, as the variable), passed as COBRE_TCP_TIMEOUT_SECS
 //	              (COBRE_SHM_TIMEOUT_SECS with --backend shm)
-//	--bind ADDR   address the coordinator listens on, passed as COBRE_TCP_BIND_ADDR
+//	--bind ADDR   address the coordinator listens on, passed as COBRE_TCP_BIND_ADDR, which workers
+//	              dial (for 0.0.0.0: 127.0.0.1; for ::, ::1); default: an inherited
+//	              COBRE_TCP_BIND_ADDR, else 127.0.0.1 (only this host can connect)
 //	--grace D     time between SIGTERM and SIGKILL when a job is stopped, e.g. 200ms (default 5s)
 //	--settle D    time the other ranks get to end on their own after the first failure, before
 //	              they are stopped (default 1s)
@@ -27,12 +29,12 @@
 // Rank r (0 ≤ r < N) runs CMD ARGS with starrun's own environment plus
 //
 //	COBRE_COMM_BACKEND=tcp
-//	COBRE_TCP_COORDINATOR=127.0.0.1
+//	COBRE_TCP_BIND_ADDR=ADDR   (--bind, else the inherited value, else 127.0.0.1)
+//	COBRE_TCP_COORDINATOR=H    (ADDR without brackets; 127.0.0.1 for 0.0.0.0, ::1 for ::)
 //	COBRE_TCP_PORT=P           (the same for every rank)
 //	COBRE_TCP_RANK=r
 //	COBRE_TCP_SIZE=N
 //	COBRE_TCP_TIMEOUT_SECS=S   (only with --timeout)
-//	COBRE_TCP_BIND_ADDR=ADDR   (only with --bind)
 //	COBRE_ERROR_FILE=DIR/rank-r.json
 //	GOMAXPROCS=max(1, CPUs/N)  (only when starrun's environment has no GOMAXPROCS)
 //
@@ -73,7 +75,8 @@
 //
 // Every line a rank writes is copied to starrun's standard output or standard
 // error (whichever the rank wrote it to), prefixed with "[r] ". Lines of
-// different ranks never interleave mid-line. A final line without a newline
+// different ranks never interleave mid-line, nor do lines of standard
+// output and standard error when both go to one file (2>&1). A final line without a newline
 // is printed with one added; a line longer than 1 MiB is split into 1 MiB
 // lines, each with the prefix.
 //
@@ -89,10 +92,14 @@
 // own (starcomm tells every rank of a failure within milliseconds, and a
 // rank that panics gets to finish printing its stack trace, keeping its
 // own exit code), then sends SIGTERM to every rank still running, and
-// SIGKILL to those still running once the grace period is over. SIGINT
-// and SIGTERM sent to
-// starrun are forwarded to every rank the same way; a second one kills all
-// ranks at once.
+// SIGKILL to those still running once the grace period is over. SIGINT,
+// SIGTERM, SIGHUP (the terminal or ssh session closed) and SIGQUIT
+// (Ctrl-\, on which Go ranks print their goroutines' stacks) sent to
+// starrun are forwarded to every rank the same way, naming the ranks still
+// running when some have ended; a second one kills all ranks at once. When
+// starrun's own output is a closed pipe (starrun ... | head), it stops the
+// ranks with SIGTERM, as a forwarded signal, rather than dying of SIGPIPE
+// and leaving the job's files behind.
 //
 // The first rank to fail is often not the one at fault (rank 2 panics, rank
 // 1's collective fails and rank 1 exits first), so once every rank has
@@ -126,9 +133,10 @@
 //   - the root cause's exit code, or 128+signal number if it was killed by a
 //     signal (137 for SIGKILL); when starrun had to stop the root cause (it
 //     hung), the code of the first rank to fail;
-//   - after a forwarded SIGINT or SIGTERM, the result of the first rank to end
-//     with a non-zero status: 130 or 143 when it died from the signal, its own
-//     code when it handled the signal and exited (0 if every rank exited 0);
+//   - after a forwarded signal (or a closed output pipe), the result of the
+//     first rank to end with a non-zero status: 130, 143 or 129 when it died
+//     from SIGINT, SIGTERM or SIGHUP, its own code when it handled the signal
+//     and exited (0 if every rank exited 0);
 //   - 2 for a usage error, 126 or 127 when the command cannot be started (127:
 //     not found), 1 for other launcher errors.
 //

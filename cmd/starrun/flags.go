@@ -49,7 +49,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.StringVar(&cfg.backend, "backend", launch.BackendTCP, "how the ranks talk: tcp (a coordinator on 127.0.0.1) or shm (a shared-memory segment named for the job, COBRE_SHM_NAME)")
 	fs.IntVar(&cfg.port, "port", 0, "coordinator TCP port passed as COBRE_TCP_PORT, 0..65535; 0 picks a free port")
 	fs.Var(&floatText{&cfg.timeout, &cfg.timeoutText}, "timeout", "collective timeout in `seconds`, decimals allowed, "+launch.TimeoutRange+", passed as COBRE_TCP_TIMEOUT_SECS (COBRE_SHM_TIMEOUT_SECS with --backend shm); unset if not given")
-	fs.StringVar(&cfg.bind, "bind", "", "coordinator listen address passed as COBRE_TCP_BIND_ADDR; unset if not given")
+	fs.StringVar(&cfg.bind, "bind", "", "address the coordinator listens on, passed as COBRE_TCP_BIND_ADDR, which workers dial (0.0.0.0: 127.0.0.1; ::: ::1); default: an inherited COBRE_TCP_BIND_ADDR, else 127.0.0.1")
 	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "time ranks get between SIGTERM and SIGKILL when the job is stopped")
 	fs.DurationVar(&cfg.settle, "settle", launch.DefaultSettle, "time the other ranks get to end on their own after the first one fails, before they are stopped")
 	return fs

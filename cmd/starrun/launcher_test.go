@@ -117,8 +117,11 @@ func TestSuccessEnvironment(t *testing.T) {
 		// the same on every rank.
 		wantPort, wantTimeout, wantBind string
 	}{
-		{name: "ranks=4/flags=none", n: 4, wantTimeout: "<unset>", wantBind: "<unset>"},
-		{name: "ranks=1/flags=none", n: 1, wantTimeout: "<unset>", wantBind: "<unset>"},
+		// Without --bind rank 0 listens on 127.0.0.1 only: nothing from
+		// another host can join.
+		{name: "ranks=4/flags=none", n: 4, wantTimeout: "<unset>", wantBind: "127.0.0.1"},
+		{name: "ranks=1/flags=none", n: 1, wantTimeout: "<unset>", wantBind: "127.0.0.1"},
+		{name: "ranks=2/flags=bind-any", n: 2, flags: []string{"--bind", "0.0.0.0"}, wantTimeout: "<unset>", wantBind: "0.0.0.0"},
 		{
 			name: "ranks=2/flags=all", n: 2,
 			flags:    []string{"--port", "23456", "--timeout", "7", "--bind", "127.0.0.1", "--grace", "1s"},
@@ -127,12 +130,12 @@ func TestSuccessEnvironment(t *testing.T) {
 		{
 			name: "ranks=2/flags=decimal-timeout", n: 2,
 			flags:       []string{"--timeout", "1.5"},
-			wantTimeout: "1.5", wantBind: "<unset>",
+			wantTimeout: "1.5", wantBind: "127.0.0.1",
 		},
 		{
 			name: "ranks=1/flags=longest-timeout", n: 1,
 			flags:       []string{"--timeout", "31536000"},
-			wantTimeout: "31536000", wantBind: "<unset>",
+			wantTimeout: "31536000", wantBind: "127.0.0.1",
 		},
 	}
 	lineRE := regexp.MustCompile(`^\[(\d+)\] rank=(\S+) port=(\S+) size=(\S+) backend=(\S+) coord=(\S+) timeout=(\S+) bind=(\S+) connect=(\S+) errfile=rank-(\d+)\.json$`)

@@ -4,15 +4,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"syscall"
+
+	"github.com/starcomm/starcomm/internal/launch"
 )
 
 // main wires the process's arguments, streams and signals to run.
 func main() {
-	// Subscribe before any rank starts, so no SIGINT can kill starrun
+	// Subscribe before any rank starts, so no signal can kill starrun
 	// without being forwarded.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, launch.StopSignals...)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sigs))
 }
 

@@ -63,7 +63,8 @@ func TestMain(m *testing.M) {
 // grandchild-ignoreterm (start a grandchild, optionally both ignoring
 // SIGTERM, and hang), trapint7 (exit 7 on SIGINT), partial (write lines
 // without a final newline), long (write a 200 KiB line), chatty (write many
-// lines quickly). A rank is ready once its pid file exists.
+// lines quickly), spam (write a line every millisecond until killed). A
+// rank is ready once its pid file exists.
 func fakeRank(plan string) int {
 	rank, _ := strconv.Atoi(os.Getenv("COBRE_TCP_RANK"))
 	size, _ := strconv.Atoi(os.Getenv("COBRE_TCP_SIZE"))
@@ -130,7 +131,7 @@ func fakeRank(plan string) int {
 		if ignore {
 			signal.Ignore(syscall.SIGTERM)
 		} else {
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 		}
 		path := filepath.Join(dir, fmt.Sprintf("grandchild%d.pid", rank))
 		cmd := exec.Command(os.Args[0])
@@ -180,6 +181,14 @@ func fakeRank(plan string) int {
 			fmt.Println(chattyLine(rank, i))
 		}
 		return 0
+	case action == "spam":
+		ready()
+		deadline := time.Now().Add(fakeTimeout)
+		for i := 0; time.Now().Before(deadline); i++ {
+			fmt.Println(chattyLine(rank, i))
+			time.Sleep(time.Millisecond)
+		}
+		return 90
 	default:
 		fmt.Fprintf(os.Stderr, "fake rank: unknown action %q\n", action)
 		return 93
@@ -197,7 +206,7 @@ func fakeGrandchild(path string) int {
 	if os.Getenv(envGrandchildIgnoreTerm) != "" {
 		signal.Ignore(syscall.SIGTERM)
 	} else {
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	}
 	writePidFile(path, os.Getpid())
 	select {

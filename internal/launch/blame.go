@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/internal/errfile"
 )
 
@@ -223,10 +224,14 @@ func (v Verdict) Summary(name string, ends []End) string {
 	return b.String()
 }
 
-// rankList names ranks: "rank 3" or "ranks 0, 1, 3".
+// rankList names ranks: "rank 3" or "ranks 0, 1, 3"; more than
+// comm.MaxRanksItems as comm.FormatRanks writes them ("ranks 1-63").
 func rankList(ranks []int) string {
 	ranks = slices.Clone(ranks)
 	slices.SortFunc(ranks, cmp.Compare)
+	if len(ranks) > comm.MaxRanksItems {
+		return "ranks " + strings.Trim(comm.FormatRanks(ranks), "[]")
+	}
 	ids := make([]string, len(ranks))
 	for i, r := range ranks {
 		ids[i] = strconv.Itoa(r)

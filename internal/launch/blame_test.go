@@ -250,3 +250,24 @@ func TestSummary(t *testing.T) {
 		})
 	}
 }
+
+// TestRankList: a few ranks are listed, sorted; many are written as ranges.
+func TestRankList(t *testing.T) {
+	t.Parallel()
+	many := make([]int, 0, 63)
+	for r := 63; r >= 1; r-- {
+		many = append(many, r)
+	}
+	for _, tc := range []struct {
+		ranks []int
+		want  string
+	}{
+		{[]int{3}, "rank 3"},
+		{[]int{3, 0, 1}, "ranks 0, 1, 3"},
+		{many, "ranks 1-63"},
+	} {
+		if got := rankList(tc.ranks); got != tc.want {
+			t.Errorf("rankList(%v) = %q, want %q", tc.ranks, got, tc.want)
+		}
+	}
+}

@@ -59,8 +59,10 @@
 //	NAME: rank 1 (pid 4321) exited with code 1; stopping the other ranks
 //
 // sends SIGTERM to every other rank, and SIGKILL to those still running
-// once the grace period is over. A forwarded SIGINT or SIGTERM stops the
-// ranks the same way (with that signal); a second one kills them at once.
+// once the grace period is over. A forwarded signal (StopSignals: SIGINT,
+// SIGTERM, SIGHUP, SIGQUIT) stops the ranks the same way (with that
+// signal); a second one kills them at once. SIGPIPE, the launcher's output
+// closed, stops them with SIGTERM.
 // The launcher returns only when every rank has been reaped and its output
 // copied. Outside Unix there are no process groups or signals to forward:
 // stopping a rank kills it.

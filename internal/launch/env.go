@@ -2,6 +2,7 @@ package launch
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -10,9 +11,49 @@ import (
 	"github.com/starcomm/starcomm/internal/errfile"
 )
 
-// Coordinator is the host every rank is told rank 0 listens on
-// (COBRE_TCP_COORDINATOR): the ranks of a job all run on this host.
+// Coordinator is the address rank 0 listens on unless told otherwise
+// (Config.Bind), and that workers dial: the ranks of a job all run on this
+// host.
 const Coordinator = "127.0.0.1"
+
+// DialHost is the address workers dial (COBRE_TCP_COORDINATOR) to reach
+// rank 0 listening on bind: bind itself, its IPv6 brackets removed, or
+// the loopback address of the family for an unspecified one (0.0.0.0:
+// 127.0.0.1; "::": ::1).
+func DialHost(bind string) string {
+	host := strings.TrimSuffix(strings.TrimPrefix(bind, "["), "]")
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		if ip.Is4() {
+			return Coordinator
+		}
+		return "::1"
+	}
+	return host
+}
+
+// bindAddr is the address rank 0 of the job cfg describes listens on:
+// cfg.Bind, else COBRE_TCP_BIND_ADDR in base, else Coordinator.
+func bindAddr(base []string, cfg *Config) string {
+	if cfg.Bind != "" {
+		return cfg.Bind
+	}
+	if b := lookupEnv(base, "COBRE_TCP_BIND_ADDR"); b != "" {
+		return b
+	}
+	return Coordinator
+}
+
+// lookupEnv returns the trimmed value of key in env ("KEY=value"
+// entries, the last one winning), or "".
+func lookupEnv(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = strings.TrimSpace(val)
+		}
+	}
+	return v
+}
 
 // rankEnv returns the environment of rank r of the job cfg describes, with
 // rank 0 on port (tcp) or the segment cfg.ShmName (shm) and the rank's
@@ -38,16 +79,14 @@ func rankEnv(base []string, cfg *Config, port, r int, errDir string) []string {
 	} else {
 		set = []string{
 			"COBRE_COMM_BACKEND=tcp",
-			"COBRE_TCP_COORDINATOR=" + Coordinator,
+			"COBRE_TCP_BIND_ADDR=" + bindAddr(base, cfg),
+			"COBRE_TCP_COORDINATOR=" + DialHost(bindAddr(base, cfg)),
 			"COBRE_TCP_PORT=" + strconv.Itoa(port),
 			"COBRE_TCP_RANK=" + strconv.Itoa(r),
 			"COBRE_TCP_SIZE=" + strconv.Itoa(cfg.Ranks),
 		}
 		if timeout != "" {
 			set = append(set, "COBRE_TCP_TIMEOUT_SECS="+timeout)
-		}
-		if cfg.Bind != "" {
-			set = append(set, "COBRE_TCP_BIND_ADDR="+cfg.Bind)
 		}
 	}
 	set = append(set, errfile.Env+"="+errorFile(errDir, r))

@@ -52,10 +52,11 @@ func TestRankEnv(t *testing.T) {
 		want []string
 	}{
 		{
+			// The inherited bind address: workers dial it.
 			name: "options=none", cfg: Config{Ranks: 3},
 			want: []string{
-				"PATH=/bin", "COBRE_TCP_TIMEOUT_SECS=9", "COBRE_TCP_BIND_ADDR=1.2.3.4",
-				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
+				"PATH=/bin", "COBRE_TCP_TIMEOUT_SECS=9",
+				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_BIND_ADDR=1.2.3.4", "COBRE_TCP_COORDINATOR=1.2.3.4", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
 				"COBRE_ERROR_FILE=/job/rank-1.json", procs,
 			},
 		},
@@ -63,31 +64,31 @@ func TestRankEnv(t *testing.T) {
 			name: "options=timeout,bind", cfg: Config{Ranks: 3, Timeout: 2.5, Bind: "0.0.0.0"},
 			want: []string{
 				"PATH=/bin",
-				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
-				"COBRE_TCP_TIMEOUT_SECS=2.5", "COBRE_TCP_BIND_ADDR=0.0.0.0", "COBRE_ERROR_FILE=/job/rank-1.json", procs,
+				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_BIND_ADDR=0.0.0.0", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
+				"COBRE_TCP_TIMEOUT_SECS=2.5", "COBRE_ERROR_FILE=/job/rank-1.json", procs,
 			},
 		},
 		{
-			name: "options=whole-timeout", cfg: Config{Ranks: 3, Timeout: 7},
+			name: "options=whole-timeout,bind=[::1]", cfg: Config{Ranks: 3, Timeout: 7, Bind: "[::1]"},
 			want: []string{
-				"PATH=/bin", "COBRE_TCP_BIND_ADDR=1.2.3.4",
-				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
+				"PATH=/bin",
+				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_BIND_ADDR=[::1]", "COBRE_TCP_COORDINATOR=::1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
 				"COBRE_TCP_TIMEOUT_SECS=7", "COBRE_ERROR_FILE=/job/rank-1.json", procs,
 			},
 		},
 		{
-			name: "options=longest-timeout", cfg: Config{Ranks: 3, Timeout: 31536000},
+			name: "options=longest-timeout,bind=::", cfg: Config{Ranks: 3, Timeout: 31536000, Bind: "::"},
 			want: []string{
-				"PATH=/bin", "COBRE_TCP_BIND_ADDR=1.2.3.4",
-				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
+				"PATH=/bin",
+				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_BIND_ADDR=::", "COBRE_TCP_COORDINATOR=::1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
 				"COBRE_TCP_TIMEOUT_SECS=31536000", "COBRE_ERROR_FILE=/job/rank-1.json", procs,
 			},
 		},
 		{
-			name: "options=least-timeout", cfg: Config{Ranks: 3, Timeout: 0.001},
+			name: "options=least-timeout,bind=10.0.0.5", cfg: Config{Ranks: 3, Timeout: 0.001, Bind: "10.0.0.5"},
 			want: []string{
-				"PATH=/bin", "COBRE_TCP_BIND_ADDR=1.2.3.4",
-				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_COORDINATOR=127.0.0.1", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
+				"PATH=/bin",
+				"COBRE_COMM_BACKEND=tcp", "COBRE_TCP_BIND_ADDR=10.0.0.5", "COBRE_TCP_COORDINATOR=10.0.0.5", "COBRE_TCP_PORT=4242", "COBRE_TCP_RANK=1", "COBRE_TCP_SIZE=3",
 				"COBRE_TCP_TIMEOUT_SECS=0.001", "COBRE_ERROR_FILE=/job/rank-1.json", procs,
 			},
 		},
@@ -108,8 +109,13 @@ func TestRankEnv(t *testing.T) {
 			}
 		})
 	}
+	// Without --bind or an inherited address: loopback only.
+	got := rankEnv([]string{"PATH=/bin"}, &Config{Ranks: 3}, 4242, 1, "/job")
+	if !slices.Contains(got, "COBRE_TCP_BIND_ADDR=127.0.0.1") || !slices.Contains(got, "COBRE_TCP_COORDINATOR=127.0.0.1") {
+		t.Errorf("rankEnv without a bind address = %q, want rank 0 on 127.0.0.1", got)
+	}
 	// A GOMAXPROCS of the user's own passes through unchanged.
-	got := rankEnv([]string{"GOMAXPROCS=7"}, &Config{Ranks: 3}, 4242, 1, "/job")
+	got = rankEnv([]string{"GOMAXPROCS=7"}, &Config{Ranks: 3}, 4242, 1, "/job")
 	if !slices.Contains(got, "GOMAXPROCS=7") || slices.Contains(got, procs) {
 		t.Errorf("rankEnv with GOMAXPROCS=7 inherited = %q, want it kept and no other GOMAXPROCS", got)
 	}

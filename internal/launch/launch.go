@@ -48,6 +48,15 @@ const (
 	BackendShm = "shm"
 )
 
+// StopSignals are the signals a launcher subscribes to (signal.Notify)
+// before it starts the ranks and passes in Config.Signals: SIGINT (Ctrl-C),
+// SIGTERM, SIGHUP (the terminal or ssh session closed), SIGQUIT (Ctrl-\,
+// which makes Go ranks print their goroutines' stacks) and SIGPIPE. Left to
+// their default action, each would end the launcher at once, leaving the
+// ranks' children, the job's directory and a shared-memory segment
+// behind.
+var StopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE}
+
 // DefaultGrace is the time ranks get between SIGTERM and SIGKILL when a job
 // is stopped, unless Config.Grace says otherwise.
 const DefaultGrace = 5 * time.Second
@@ -103,8 +112,9 @@ type Config struct {
 	// leaves the variable as inherited.
 	Timeout float64
 	// Bind is the address rank 0 listens on, passed as COBRE_TCP_BIND_ADDR
-	// and used to pick a free port; "" leaves the variable as inherited
-	// (the port is then picked on 127.0.0.1).
+	// and used to pick a free port; "" means the inherited
+	// COBRE_TCP_BIND_ADDR, or 127.0.0.1 without one (the ranks all run on
+	// this host: nothing else may join). Workers dial it (DialHost).
 	Bind string
 	// Grace is the time between SIGTERM and SIGKILL when the job is
 	// stopped; 0 sends SIGKILL right after SIGTERM.
@@ -122,8 +132,10 @@ type Config struct {
 	Stdout, Stderr io.Writer
 	// Output is how the ranks' output is presented.
 	Output Output
-	// Signals delivers the signals to forward to the ranks (SIGINT and
-	// SIGTERM); nil means none.
+	// Signals delivers the signals the launcher received (see
+	// StopSignals); nil means none. Each is forwarded to every rank still
+	// running, a second one kills them; SIGPIPE (the launcher's output is
+	// a closed pipe) stops them with SIGTERM instead, and only once.
 	Signals <-chan os.Signal
 	// PeerFailedCode, when not 0, is an exit code by which a rank says it
 	// failed because another rank failed first. It is a hint for the blame
@@ -200,11 +212,10 @@ type exitEvent struct {
 // all have exited, the launcher reads their error records, names the root
 // cause (Blame) and removes the records.
 func Run(cfg Config) Result {
-	j := &job{cfg: &cfg, stderr: &SyncWriter{W: cfg.Stderr}, exits: make(chan exitEvent, max(cfg.Ranks, 0))}
-	j.stdout = &SyncWriter{W: cfg.Stdout}
-	if sameWriter(cfg.Stdout, cfg.Stderr) {
-		j.stdout = j.stderr // one lock, so lines never interleave
-	}
+	// One lock for both: 2>&1 sends them to one file.
+	var outLock sync.Mutex
+	j := &job{cfg: &cfg, stderr: &SyncWriter{W: cfg.Stderr, Lock: &outLock}, exits: make(chan exitEvent, max(cfg.Ranks, 0))}
+	j.stdout = &SyncWriter{W: cfg.Stdout, Lock: &outLock}
 	if cfg.Ranks < 1 || len(cfg.Command) == 0 {
 		j.printf("no ranks to start (ranks=%d, command %q)", cfg.Ranks, cfg.Command)
 		return Result{Code: ExitLaunchError, SetupFailed: true}
@@ -216,8 +227,13 @@ func Run(cfg Config) Result {
 	}
 	defer os.RemoveAll(errDir)
 	port := cfg.Port
+	base := cfg.Env
+	if base == nil {
+		base = os.Environ()
+	}
 	switch cfg.Backend {
 	case "", BackendTCP:
+		cfg.Bind = bindAddr(base, &cfg)
 	case BackendShm:
 		if cfg.ShmName == "" {
 			cfg.ShmName = jobName()
@@ -230,10 +246,7 @@ func Run(cfg Config) Result {
 		return Result{Code: ExitLaunchError, SetupFailed: true}
 	}
 	if port == 0 && cfg.Backend != BackendShm {
-		host := cfg.Bind
-		if host == "" {
-			host = Coordinator
-		}
+		host := strings.TrimSuffix(strings.TrimPrefix(cfg.Bind, "["), "]")
 		p, err := freePort(host)
 		if err != nil {
 			j.printf("cannot pick a free port on %s: %v", host, err)
@@ -241,11 +254,6 @@ func Run(cfg Config) Result {
 		}
 		port = p
 	}
-	base := cfg.Env
-	if base == nil {
-		base = os.Environ()
-	}
-
 	startCode := 0
 	for r := 0; r < cfg.Ranks; r++ {
 		if err := j.start(r, rankEnv(base, &cfg, port, r, errDir)); err != nil {
@@ -269,17 +277,6 @@ func Run(cfg Config) Result {
 		}
 	}
 	return res
-}
-
-// sameWriter reports whether a and b are the same writer (false when they
-// cannot be compared).
-func sameWriter(a, b io.Writer) (same bool) {
-	defer func() {
-		if recover() != nil {
-			same = false
-		}
-	}()
-	return a != nil && a == b
 }
 
 // printf writes one of the launcher's messages, a line starting with its
@@ -484,9 +481,24 @@ func (j *job) supervise(startCode int) (res Result, failed bool) {
 			if !ok {
 				s = syscall.SIGTERM
 			}
+			if s == syscall.SIGPIPE {
+				// The launcher's output is a closed pipe (| head): stop the
+				// job as a forwarded SIGTERM would, once; every later write
+				// raises SIGPIPE again.
+				if !stopping {
+					res.Interrupted = s
+					j.printf("its output is a closed pipe (SIGPIPE); stopping %s with SIGTERM", j.describeRunning())
+					stop(syscall.SIGTERM)
+				}
+				continue
+			}
 			if !stopping {
 				res.Interrupted = s
-				j.printf("received %s; forwarding it to all ranks", SignalName(s))
+				to := "all ranks"
+				if running < len(j.procs) {
+					to = "the ranks still running, " + j.describeRunning()
+				}
+				j.printf("received %s; forwarding it to %s", SignalName(s), to)
 				stop(s)
 			} else {
 				j.printf("received %s while stopping; killing all ranks", SignalName(s))

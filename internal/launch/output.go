@@ -23,12 +23,21 @@ const readBufferBytes = 64 << 10
 type SyncWriter struct {
 	mu sync.Mutex
 	W  io.Writer
+	// Lock, if set, is taken instead of the writer's own lock: writers
+	// whose destinations may be one file (standard output and standard
+	// error both sent to one pipe, 2>&1) share it, so that a line of one
+	// never lands inside a line of the other.
+	Lock *sync.Mutex
 }
 
 // Write writes p to W while holding the lock.
 func (s *SyncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	mu := s.Lock
+	if mu == nil {
+		mu = &s.mu
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	return s.W.Write(p)
 }
 

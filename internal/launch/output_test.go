@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os/exec"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -118,23 +120,49 @@ func TestSyncWriterKeepsLinesWhole(t *testing.T) {
 	}
 }
 
-// sliceWriter is a writer whose values cannot be compared.
-type sliceWriter []byte
+// halvesWriter writes each p into a buffer shared with other
+// halvesWriters in two halves, yielding between them, as a pipe takes a
+// large write in pieces: two streams sent to one file (2>&1).
+type halvesWriter struct {
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+}
 
-// Write discards p.
-func (sliceWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w halvesWriter) Write(p []byte) (int, error) {
+	for _, half := range [][]byte{p[:len(p)/2], p[len(p)/2:]} {
+		w.mu.Lock()
+		w.buf.Write(half)
+		w.mu.Unlock()
+		runtime.Gosched()
+	}
+	return len(p), nil
+}
 
-func TestSameWriter(t *testing.T) {
+// TestRunStdoutStderrOneFile: ranks writing long lines to standard output
+// and standard error, both sent to one file by two writers: no line lands
+// inside another.
+func TestRunStdoutStderrOneFile(t *testing.T) {
 	t.Parallel()
-	var a, b bytes.Buffer
-	for _, tc := range []struct {
-		x, y io.Writer
-		want bool
-	}{
-		{&a, &a, true}, {&a, &b, false}, {sliceWriter{}, sliceWriter{}, false}, {nil, nil, false}, {&a, io.Discard, false},
-	} {
-		if got := sameWriter(tc.x, tc.y); got != tc.want {
-			t.Errorf("sameWriter(%T, %T) = %v, want %v", tc.x, tc.y, got, tc.want)
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh to run fake ranks with")
+	}
+	const script = `x=$(printf '%04000d' 0); i=0; while [ $i -lt 100 ]; do echo "o$x"; echo "e$x" >&2; i=$((i+1)); done`
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	res := Run(Config{Name: "test", Command: []string{sh, "-c", script}, Ranks: 2,
+		Stdout: halvesWriter{&mu, &buf}, Stderr: halvesWriter{&mu, &buf}})
+	if res.Code != 0 {
+		t.Fatalf("result %+v:\n%s", res, buf.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 2*2*100 {
+		t.Fatalf("%d lines, want %d", len(lines), 400)
+	}
+	re := regexp.MustCompile(`^\[[01]\] [oe]0+$`)
+	for _, l := range lines {
+		if !re.MatchString(l) || len(l) != len("[0] o")+4000 {
+			t.Fatalf("line of %d bytes %.60q... was cut or mixed with another", len(l), l)
 		}
 	}
 }

@@ -48,15 +48,6 @@ const (
 	BackendShm = "shm"
 )
 
-// StopSignals are the signals a launcher subscribes to (signal.Notify)
-// before it starts the ranks and passes in Config.Signals: SIGINT (Ctrl-C),
-// SIGTERM, SIGHUP (the terminal or ssh session closed), SIGQUIT (Ctrl-\,
-// which makes Go ranks print their goroutines' stacks) and SIGPIPE. Left to
-// their default action, each would end the launcher at once, leaving the
-// ranks' children, the job's directory and a shared-memory segment
-// behind.
-var StopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE}
-
 // DefaultGrace is the time ranks get between SIGTERM and SIGKILL when a job
 // is stopped, unless Config.Grace says otherwise.
 const DefaultGrace = 5 * time.Second
@@ -481,7 +472,7 @@ func (j *job) supervise(startCode int) (res Result, failed bool) {
 			if !ok {
 				s = syscall.SIGTERM
 			}
-			if s == syscall.SIGPIPE {
+			if isSigPipe(s) {
 				// The launcher's output is a closed pipe (| head): stop the
 				// job as a forwarded SIGTERM would, once; every later write
 				// raises SIGPIPE again.

@@ -45,3 +45,11 @@ func SignalName(sig syscall.Signal) string {
 	}
 	return "signal " + strconv.Itoa(int(sig))
 }
+
+// StopSignals are the signals a launcher subscribes to (signal.Notify)
+// before it starts the ranks and passes in Config.Signals. Outside Unix:
+// os.Interrupt and SIGTERM.
+var StopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+
+// isSigPipe is false: no SIGPIPE outside Unix.
+func isSigPipe(syscall.Signal) bool { return false }

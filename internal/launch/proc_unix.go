@@ -71,3 +71,15 @@ func SignalName(sig syscall.Signal) string {
 	}
 	return "signal " + strconv.Itoa(int(sig))
 }
+
+// StopSignals are the signals a launcher subscribes to (signal.Notify)
+// before it starts the ranks and passes in Config.Signals: SIGINT (Ctrl-C),
+// SIGTERM, SIGHUP (the terminal or ssh session closed), SIGQUIT (Ctrl-\,
+// which makes Go ranks print their goroutines' stacks) and SIGPIPE. Left to
+// their default action, each would end the launcher at once, leaving the
+// ranks' children, the job's directory and a shared-memory segment
+// behind.
+var StopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE}
+
+// isSigPipe reports whether s is SIGPIPE.
+func isSigPipe(s syscall.Signal) bool { return s == syscall.SIGPIPE }

@@ -3,6 +3,7 @@ package shm
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -186,6 +187,37 @@ func SegmentPath(dir, name string) string {
 		dir = DefaultDir
 	}
 	return filepath.Join(dir, filePrefix+name)
+}
+
+// RemoveFiles removes the segment named name in dir ("" means DefaultDir)
+// and the files of its regions, if any are left: a launcher's cleanup
+// after a job whose every rank was killed (a rank killed inside
+// CreateRegion can leave a region's file). Only for a job that has ended:
+// a live job's segment is not to be removed.
+func RemoveFiles(dir, name string) {
+	path := SegmentPath(dir, name)
+	_ = os.Remove(path)
+	removeRegions(path)
+}
+
+// removeRegions removes the region files of the segment at path.
+func removeRegions(path string) {
+	left, _ := filepath.Glob(globEscape(path) + ".region-*")
+	for _, f := range left {
+		_ = os.Remove(f)
+	}
+}
+
+// globEscape escapes the glob metacharacters of path.
+func globEscape(path string) string {
+	var b strings.Builder
+	for _, r := range path {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // regionPath returns the file of region k of the segment at path. It

@@ -21,6 +21,9 @@ const (
 	spinLoads  = 256
 	yieldFor   = 200 * time.Microsecond
 	sleepSlice = 10 * time.Millisecond
+	// deadPeerEvery is how often a rank waiting for the others to join
+	// looks whether a rank that joined has died.
+	deadPeerEvery = 50 * time.Millisecond
 )
 
 // Operation codes in chunk headers and the abort word.
@@ -129,6 +132,8 @@ type Comm struct {
 	// the collective it interrupts to return before unmapping.
 	active sync.Mutex
 	closed atomic.Bool
+	// closeDone is closed when the first Close is done.
+	closeDone chan struct{}
 	// failure is the first failure, after which every call fails.
 	failure atomic.Pointer[failureRecord]
 	// curOp is the operation code of the running or last collective.
@@ -173,9 +178,13 @@ func New(ctx context.Context, cfg CommConfig) (*Comm, error) {
 	}
 	seg, err := join(ctx, cfg, deadline)
 	if err != nil {
-		return startFail(cfg.Rank, err)
+		blamed := cfg.Rank
+		if ae := (*AbortError)(nil); errors.As(err, &ae) {
+			blamed = ae.Rank // the job's start-up had failed before this rank came
+		}
+		return startFail(blamed, err)
 	}
-	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, chunk: cfg.ChunkBytes, seg: seg}
+	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, chunk: cfg.ChunkBytes, seg: seg, closeDone: make(chan struct{})}
 	c.curOp.Store(opStartup)
 	if blamed, err := c.awaitStart(ctx, deadline); err != nil {
 		atomic.AddUint32(seg.u32(hStartErr), 1)
@@ -183,6 +192,9 @@ func New(ctx context.Context, cfg CommConfig) (*Comm, error) {
 		seg.leave()
 		seg.unmap()
 		return startFail(blamed, err)
+	}
+	if watchHook != nil {
+		watchHook()
 	}
 	w, blamed, err := startWatcher(c)
 	if err != nil {
@@ -197,6 +209,12 @@ func New(ctx context.Context, cfg CommConfig) (*Comm, error) {
 	return c, nil
 }
 
+// watchHook, when set (by tests), runs in New once every rank has joined,
+// before the watcher looks at the other ranks' processes; closeHook in the
+// first Close, before it does anything; closeWaitHook in a later Close,
+// before it waits for the first.
+var watchHook, closeHook, closeWaitHook func()
+
 // startHook, when set (by tests), runs in awaitStart between its reading
 // of the joined count, short of size, and of the abort word.
 var startHook func()
@@ -206,6 +224,7 @@ var startHook func()
 func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) {
 	s := c.seg
 	joined := s.u32(hJoined)
+	var looked time.Time // when the joined ranks' processes were last looked at
 	for {
 		n := atomic.LoadUint32(joined)
 		if n == uint32(c.size) {
@@ -226,7 +245,21 @@ func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) 
 			return blamed, &MissingRanksError{Ranks: s.missing(), Err: c.abortCause(w)}
 		}
 		if err := ctx.Err(); err != nil {
+			// Tell the ranks that joined, and those still to come, why
+			// this one leaves.
+			msg := fmt.Sprintf("rank %d gave up waiting for ranks %s to join: %v", c.rank, comm.FormatRanks(s.missing()), err)
+			c.raise(opStartup, c.rank, ctxCause(err), msg)
 			return c.rank, fmt.Errorf("waiting for ranks %s to join: %w", comm.FormatRanks(s.missing()), err)
+		}
+		if time.Since(looked) >= deadPeerEvery {
+			looked = time.Now()
+			if r, pid := s.deadPeer(c.rank); r >= 0 {
+				msg := fmt.Sprintf("rank %d (pid %d) exited before start-up completed", r, pid)
+				c.raise(opStartup, r, causeExited, msg)
+				w := atomic.LoadUint64(s.u64(hAbort))
+				blamed, _, _, _ := unpackAbort(w)
+				return blamed, &MissingRanksError{Ranks: s.missing(), Err: c.abortCause(w)}
+			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -328,13 +361,17 @@ func (c *Comm) raise(op uint8, blamed int, cause uint8, msg string) {
 }
 
 // abortCause returns the published failure as an *AbortError.
-func (c *Comm) abortCause(w uint64) *AbortError {
+func (c *Comm) abortCause(w uint64) *AbortError { return c.seg.abortCause(w) }
+
+// abortCause returns the failure published in abort word w as an
+// *AbortError.
+func (s *segment) abortCause(w uint64) *AbortError {
 	blamed, reporter, cause, op := unpackAbort(w)
 	msg := ""
-	if reporter >= 0 && reporter < c.size {
-		off := c.seg.ctl(reporter)
-		n := int(atomic.LoadUint32(c.seg.u32(off + cMsgLen)))
-		msg = string(c.seg.mem[off+cMsg : off+cMsg+min(n, maxMsg)])
+	if reporter >= 0 && reporter < s.geo.size {
+		off := s.ctl(reporter)
+		n := int(atomic.LoadUint32(s.u32(off + cMsgLen)))
+		msg = string(s.mem[off+cMsg : off+cMsg+min(n, maxMsg)])
 	}
 	return &AbortError{Rank: blamed, Reporter: reporter, Op: opName(op), Message: msg, Err: causeErr(cause)}
 }
@@ -977,7 +1014,18 @@ func (c *Comm) awaitHeaders(ctx context.Context, G uint64, cl *call) error {
 // the Provider stay mapped until released.
 func (c *Comm) Close() error {
 	if c.closed.Swap(true) {
+		// Another Close runs or ran: return once it is done, so that a
+		// process that exits after its own Close (a signal handler's
+		// Close, then main's deferred one) is seen to have closed.
+		if closeWaitHook != nil {
+			closeWaitHook()
+		}
+		<-c.closeDone
 		return nil
+	}
+	defer close(c.closeDone)
+	if closeHook != nil {
+		closeHook()
 	}
 	b := c.seg.bell(c.rank)
 	atomic.AddUint32(b, 1)

@@ -160,7 +160,12 @@
 // touching anything: a second live job with the same name is refused on
 // every one of its ranks at once. Ranks may arrive in any order within
 // CommConfig.ConnectTimeout; when it passes, the ranks that joined fail
-// with a *MissingRanksError naming the others. A file another user owns
+// with a *MissingRanksError naming the others. They do not wait that long
+// for a rank that joined and then failed: a rank whose process ended
+// (looked at every 50 ms, through a pidfd, so an unreaped process counts)
+// or whose context ended fails the others' start-up at once, naming it (an
+// *AbortError in the *MissingRanksError), and a rank that comes after such
+// a failure is told it, not that another job uses the name. A file another user owns
 // is a permission error (fs.ErrPermission); the segment is created with
 // mode 0600, so every rank of a job runs as one user.
 //
@@ -172,7 +177,9 @@
 // once, or exits without Close, leaves a stale segment that the next job of
 // the name replaces (starrun removes it when the job ends). Region files
 // are removed as soon as every rank has mapped them: their memory lives as
-// long as a mapping does.
+// long as a mapping does. One left by a job killed inside CreateRegion is
+// removed with the segment: by the last rank to leave, by the next job
+// replacing a stale segment, and by RemoveFiles (starrun's cleanup).
 //
 // Limits: one host, one user, one pid namespace (pidfds); Linux 5.3 or
 // later for pidfds (older kernels find dead ranks by the timeout only);

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(envConformanceDir); dir != "" {
 		os.Exit(conformanceChild(dir))
 	}
+	if mode := os.Getenv(envStartChild); mode != "" {
+		os.Exit(startChild(mode))
+	}
 	if mode := os.Getenv(testkit.ShmChildEnv); mode != "" {
 		os.Exit(testkit.ShmChild(mode, func(ctx context.Context) (comm.Communicator, error) {
 			cfg, err := configFromEnv()

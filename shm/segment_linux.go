@@ -216,6 +216,9 @@ func joinFD(ctx context.Context, cfg CommConfig, path string, fd int, geo geomet
 		// No live process uses the file: it is new, or left by a job
 		// that ended without removing it. Initialise it afresh.
 		s.replaced = st.Size > 0
+		if s.replaced {
+			removeRegions(path) // what a job killed in CreateRegion left
+		}
 		if err := s.initialise(); err != nil {
 			setLock(fd, lockAlive, unix.F_UNLCK)
 			return nil, false, err
@@ -303,6 +306,10 @@ func (s *segment) register(rank int) error {
 		return &InUseError{Path: s.path, Reason: fmt.Sprintf("a job of %d ranks is running on it (pids %v)", s.geo.size, s.pids())}
 	}
 	if atomic.LoadUint32(s.u32(hStartErr)) != 0 {
+		// This job's start-up failed before this rank came: say why.
+		if w := atomic.LoadUint64(s.u64(hAbort)); w != 0 {
+			return fmt.Errorf("the job's start-up on segment %s failed before rank %d joined; start the job again: %w", s.path, rank, s.abortCause(w))
+		}
 		return &InUseError{Path: s.path, Reason: "the start-up of the job forming on it has failed; its ranks are leaving"}
 	}
 	if st := atomic.LoadUint32(s.slotState(rank)); st != slotFree {
@@ -315,6 +322,40 @@ func (s *segment) register(rank int) error {
 	}
 	futexWake(s.u32(hJoined), 1<<30)
 	return nil
+}
+
+// deadPeer returns a rank other than self that joined and whose process
+// has ended, and its pid, or -1. (Without pidfds, before Linux 5.3, a
+// process that has ended but is not yet reaped, or whose pid the system
+// gave to another process, is not seen: the connect timeout then ends the
+// wait.)
+func (s *segment) deadPeer(self int) (int, int) {
+	for r := range s.geo.size {
+		if r == self || atomic.LoadUint32(s.slotState(r)) != slotJoined {
+			continue
+		}
+		pid := int(atomic.LoadInt32(s.pid(r)))
+		if pid > 0 && processEnded(pid) && atomic.LoadUint32(s.slotState(r)) == slotJoined {
+			return r, pid
+		}
+	}
+	return -1, 0
+}
+
+// processEnded reports whether process pid has ended, reaped or not (a
+// zombie has ended too: its parent may not have waited for it yet).
+func processEnded(pid int) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		return true
+	case err != nil: // before Linux 5.3: only a reaped process is seen
+		return unix.Kill(pid, 0) == unix.ESRCH
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents != 0
 }
 
 // pids returns the process ids of the ranks that joined.
@@ -373,6 +414,7 @@ func (s *segment) leave() {
 		if alone, _ := setLock(s.fd, lockAlive, unix.F_WRLCK); alone {
 			if sameFile(s.fd, s.path) {
 				_ = unix.Unlink(s.path)
+				removeRegions(s.path)
 			}
 			_, _ = setLock(s.fd, lockAlive, unix.F_UNLCK)
 		}

@@ -42,6 +42,9 @@ func startWatcher(c *Comm) (*watcher, int, error) {
 			unix.Close(fd)
 			err = unix.ESRCH
 		}
+		if err != nil && atomic.LoadUint32(c.seg.slotState(r)) == slotClosed {
+			continue // it closed the communicator, then exited: fine
+		}
 		if err != nil {
 			w.closeFDs()
 			return nil, r, fmt.Errorf("rank %d (pid %d) %w before start-up completed (%v)", r, pid, ErrPeerExited, err)

@@ -231,7 +231,7 @@ func Run(cfg Config) Result {
 		}
 		// The segment goes when the job ends: the ranks remove it, but a
 		// job whose every rank was killed at once cannot.
-		defer os.Remove(shm.SegmentPath("", cfg.ShmName))
+		defer shm.RemoveFiles("", cfg.ShmName)
 	default:
 		j.printf("unknown backend %q (want %s or %s)", cfg.Backend, BackendTCP, BackendShm)
 		return Result{Code: ExitLaunchError, SetupFailed: true}

@@ -919,9 +919,9 @@ func TestNewRecordsStartupFailure(t *testing.T) {
 		{"rank=0/listen=address-in-use", tcpCfg(0, func(c *starcomm.Config) { c.Port = port }),
 			func(err error) bool { var a *tcp.AddrInUseError; return errors.As(err, &a) }, "127.0.0.1:" + strconv.Itoa(port)},
 		{"rank=1/bind-address-with-port", tcpCfg(1, func(c *starcomm.Config) { c.BindAddr = "127.0.0.1:80" }),
-			func(err error) bool { var ce *tcp.ConfigError; return errors.As(err, &ce) }, "BindAddr"},
+			func(err error) bool { var ic *starcomm.InvalidConfigurationError; return errors.As(err, &ic) }, `BindAddr="127.0.0.1:80": must be a host name or IP address without a port`},
 		{"rank=1/bind-address-with-port/from-slurm", tcpCfg(1, func(c *starcomm.Config) { c.BindAddr, c.RankFrom = "127.0.0.1:80", "SLURM_PROCID, SLURM_NTASKS" }),
-			func(err error) bool { var ce *tcp.ConfigError; return errors.As(err, &ce) }, "rank 1 of 2 from SLURM_PROCID, SLURM_NTASKS: "},
+			func(err error) bool { var ic *starcomm.InvalidConfigurationError; return errors.As(err, &ic) }, `BindAddr="127.0.0.1:80"`},
 		{"rank=1/invalid-config", tcpCfg(1, func(c *starcomm.Config) { c.Liveness = 5 }),
 			func(err error) bool { var ic *starcomm.InvalidConfigurationError; return errors.As(err, &ic) }, `Liveness="5ns"`},
 	}
@@ -941,6 +941,17 @@ func TestNewRecordsStartupFailure(t *testing.T) {
 			assert.Contains(t, rec.Message, tc.msg)
 		})
 	}
+	// A start-up that fails in the protocol says where the rank came from.
+	// (The held port accepts the connection and never answers.)
+	t.Run("rank=1/no-answer/from-slurm", func(t *testing.T) {
+		cfg := tcpCfg(1, func(c *starcomm.Config) {
+			c.Port, c.ConnectTimeout, c.RankFrom = port, 300*time.Millisecond, "SLURM_PROCID, SLURM_NTASKS"
+		})
+		_, err := starcomm.New(context.Background(), cfg)
+		var ife *comm.InitializationFailedError
+		require.ErrorAs(t, err, &ife)
+		assert.Contains(t, err.Error(), "comm: tcp backend initialization failed: rank 1 of 2 from SLURM_PROCID, SLURM_NTASKS: ")
+	})
 }
 
 // TestStarrunNamesRankFailingStartup: a real 2-rank job under starrun

@@ -77,10 +77,11 @@ func rankEnv(base []string, cfg *Config, port, r int, errDir string) []string {
 			set = append(set, "COBRE_SHM_TIMEOUT_SECS="+timeout)
 		}
 	} else {
+		bind := bindAddr(base, cfg)
 		set = []string{
 			"COBRE_COMM_BACKEND=tcp",
-			"COBRE_TCP_BIND_ADDR=" + bindAddr(base, cfg),
-			"COBRE_TCP_COORDINATOR=" + DialHost(bindAddr(base, cfg)),
+			"COBRE_TCP_BIND_ADDR=" + bind,
+			"COBRE_TCP_COORDINATOR=" + DialHost(bind),
 			"COBRE_TCP_PORT=" + strconv.Itoa(port),
 			"COBRE_TCP_RANK=" + strconv.Itoa(r),
 			"COBRE_TCP_SIZE=" + strconv.Itoa(cfg.Ranks),

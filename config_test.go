@@ -947,10 +947,35 @@ func TestNewRecordsStartupFailure(t *testing.T) {
 		cfg := tcpCfg(1, func(c *starcomm.Config) {
 			c.Port, c.ConnectTimeout, c.RankFrom = port, 300*time.Millisecond, "SLURM_PROCID, SLURM_NTASKS"
 		})
+		cfg.ErrorFile = filepath.Join(t.TempDir(), "rank.json")
 		_, err := starcomm.New(context.Background(), cfg)
 		var ife *comm.InitializationFailedError
 		require.ErrorAs(t, err, &ife)
 		assert.Contains(t, err.Error(), "comm: tcp backend initialization failed: rank 1 of 2 from SLURM_PROCID, SLURM_NTASKS: ")
+		// The record is the error New returned, origin included; no rank
+		// is named as at fault, so it blames this one.
+		rec, rerr := errfile.Read(cfg.ErrorFile)
+		require.NoError(t, rerr, "no error record")
+		assert.Equal(t, err.Error(), rec.Message)
+		assert.Equal(t, 1, rec.Blamed)
+		assert.Equal(t, star.OpStartup, rec.Op)
+	})
+	// Rank 0 whose workers never came: its record blames the first rank
+	// missing, so a launcher follows the blame to it.
+	t.Run("rank=0/missing-ranks", func(t *testing.T) {
+		cfg := starcomm.DefaultConfig()
+		cfg.Backend, cfg.Rank, cfg.Size, cfg.BindAddr, cfg.Port = "tcp", 0, 4, "127.0.0.1", 0
+		cfg.ConnectTimeout, cfg.RankFrom = 200*time.Millisecond, "SLURM_PROCID, SLURM_NTASKS"
+		cfg.ErrorFile = filepath.Join(t.TempDir(), "rank.json")
+		_, err := starcomm.New(context.Background(), cfg)
+		var ife *comm.InitializationFailedError
+		require.ErrorAs(t, err, &ife)
+		assert.Contains(t, err.Error(), "rank 0 of 4 from SLURM_PROCID, SLURM_NTASKS: ")
+		assert.Contains(t, err.Error(), "missing ranks [1 2 3]")
+		rec, rerr := errfile.Read(cfg.ErrorFile)
+		require.NoError(t, rerr, "no error record")
+		assert.Equal(t, err.Error(), rec.Message)
+		assert.Equal(t, 1, rec.Blamed, "the record blames the first missing rank")
 	})
 }
 

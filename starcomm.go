@@ -65,20 +65,28 @@ func recordFailure(path string, f star.Failure, size int) {
 // 4 from SLURM_PROCID, SLURM_NTASKS: ...").
 //
 // Whatever the error, New records it in cfg.ErrorFile (when set) before
-// it returns, as the rank's start-up failure: the backend's own record
-// when it made one (naming the rank at fault), else one that blames this
-// rank, unless the error names another (a start-up Abort from rank 0).
+// it returns, as the rank's start-up failure, with the message New
+// returns: the shm backend's own record when it made one (naming the rank
+// at fault); else one that blames the rank at fault when the error names
+// one (a worker: the rank a start-up Abort from rank 0 names; rank 0: the
+// first rank that never registered), and this rank otherwise.
 func New(ctx context.Context, cfg Config) (comm.Communicator, error) {
-	c, err := start(ctx, cfg)
+	blamed := -1
+	c, err := start(ctx, cfg, &blamed)
 	if err != nil {
 		// A record the backend wrote first stays: the first one wins.
-		recordFailure(cfg.ErrorFile, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: startupBlamed(cfg.Rank, err), Err: err}, cfg.Size)
+		if blamed < 0 {
+			blamed = startupBlamed(cfg.Rank, err)
+		}
+		recordFailure(cfg.ErrorFile, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: blamed, Err: err}, cfg.Size)
 	}
 	return c, err
 }
 
-// start is New but for the error file.
-func start(ctx context.Context, cfg Config) (comm.Communicator, error) {
+// start is New but for the error file. The tcp backend leaves its start-up
+// failure to New, which records it with the origin of the rank in its
+// message; it sets *blamed to the rank at fault when it knows one.
+func start(ctx context.Context, cfg Config, blamed *int) (comm.Communicator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -90,7 +98,7 @@ func start(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	case BackendShm:
 		c, err = newShm(ctx, cfg)
 	default:
-		c, err = newTCP(ctx, cfg)
+		c, err = newTCP(ctx, cfg, blamed)
 	}
 	var ife *comm.InitializationFailedError
 	if err != nil && cfg.RankFrom != "" && errors.As(err, &ife) {
@@ -134,7 +142,10 @@ func newShm(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	return c, nil
 }
 
-func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
+// newTCP starts the tcp backend. Its failures after start-up are recorded
+// in the error file by star; a failed start-up is left to New, with the
+// rank at fault in *blamed when star names one.
+func newTCP(ctx context.Context, cfg Config, blamed *int) (comm.Communicator, error) {
 	tc := tcp.DefaultConfig()
 	tc.BindAddr = bareHost(cfg.BindAddr)
 	// TCP_USER_TIMEOUT holds at most about 24.8 days; a longer collective
@@ -161,7 +172,13 @@ func newTCP(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	sc.Logger = cfg.logger()
 	sc.CheckCollectives = strings.EqualFold(cfg.Debug, DebugDetail)
 	if cfg.ErrorFile != "" {
-		sc.OnFailure = func(f star.Failure) { recordFailure(cfg.ErrorFile, f, cfg.Size) }
+		sc.OnFailure = func(f star.Failure) {
+			if f.Op == star.OpStartup { // called before star.New returns
+				*blamed = f.Blamed
+				return
+			}
+			recordFailure(cfg.ErrorFile, f, cfg.Size)
+		}
 	}
 	if sc.Spin == 0 || !tcp.CanPoll {
 		sc.Spin = -1 // COBRE_TCP_SPIN_US=0, or sockets that cannot be polled here

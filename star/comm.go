@@ -175,12 +175,17 @@ const (
 	OpClose   = "close"
 )
 
-// startupBlame is the rank a failed start-up blames: the rank the
-// coordinator named in its Abort (the one that never came), else -1.
+// startupBlame is the rank a failed start-up blames: on a worker the rank
+// the coordinator named in its Abort (the one that never came), on the
+// coordinator the first rank that never registered, else -1.
 func startupBlame(err error) int {
 	var ab *AbortError
 	if errors.As(err, &ab) {
 		return ab.Rank
+	}
+	var se *startupError
+	if errors.As(err, &se) {
+		return se.missing
 	}
 	return -1
 }

@@ -82,7 +82,12 @@
 //
 // # Failure and signals
 //
-// starrun waits for every rank. The first rank to exit with a non-zero code
+// starrun waits for every rank. When a rank is still running 10 s after
+// another exited 0, and none has failed, it says once which it waits for:
+//
+//	starrun: ranks 1, 2, 3 exited 0 (the first 10s ago); still waiting for rank 0 (pid 4242) to exit (Ctrl-C stops the job)
+//
+// The first rank to exit with a non-zero code
 // or to be killed by a signal stops the job: starrun reports it on standard
 // error,
 //

@@ -63,6 +63,8 @@
 // SIGTERM, SIGHUP, SIGQUIT) stops the ranks the same way (with that
 // signal); a second one kills them at once. SIGPIPE, the launcher's output
 // closed, stops them with SIGTERM.
+// A rank still running Config.WaitNotice after another exited 0, none
+// having failed, is named once ("still waiting for rank 0 (pid 4242)").
 // The launcher returns only when every rank has been reaped and its output
 // copied. Outside Unix there are no process groups or signals to forward:
 // stopping a rank kills it.

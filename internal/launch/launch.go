@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/internal/errfile"
 	"github.com/starcomm/starcomm/shm"
 )
@@ -73,6 +74,11 @@ const (
 // (NaN is not).
 func TimeoutOK(secs float64) bool { return secs >= MinTimeoutSecs && secs <= MaxTimeoutSecs }
 
+// DefaultWaitNotice is how long after the first rank's clean exit the
+// launcher, still waiting for others that neither exited nor failed, says
+// which ranks it waits for, unless Config.WaitNotice says otherwise.
+const DefaultWaitNotice = 10 * time.Second
+
 // drainTimeout bounds how long the launcher waits, after every rank has
 // exited, for their output pipes to reach end of file. Only a process that
 // left its rank's process group can keep a pipe open that long; the
@@ -114,6 +120,11 @@ type Config struct {
 	// end on their own before they are stopped (see DefaultSettle); 0
 	// stops them at once.
 	Settle time.Duration
+	// WaitNotice is how long after the first rank exits 0 the launcher
+	// waits, while other ranks still run and none has failed, before it
+	// says once which ranks it is still waiting for (a rank left running
+	// outside the collectives, for example); 0 never says it.
+	WaitNotice time.Duration
 	// Env is the environment every rank starts from; nil means
 	// os.Environ().
 	Env []string
@@ -423,11 +434,12 @@ func (j *job) supervise(startCode int) (res Result, failed bool) {
 	res = Result{Code: startCode, SetupFailed: startCode != 0}
 	running := len(j.procs)
 	stopping := false
-	var grace, settle *time.Timer
-	var graceOver, settleOver <-chan time.Time
+	var grace, settle, notice *time.Timer
+	var graceOver, settleOver, noticeDue <-chan time.Time
+	noticed := false // the first rank exited 0 (the notice's timer is set)
 	stop := func(sig syscall.Signal) {
 		stopping = true
-		settleOver = nil
+		settleOver, noticeDue = nil, nil
 		for _, p := range j.procs {
 			if !p.exited {
 				j.signal(p, sig)
@@ -449,8 +461,14 @@ func (j *job) supervise(startCode int) (res Result, failed bool) {
 			p.end = j.ended(ev)
 			switch {
 			case p.end.Code == 0 || res.SetupFailed || failed:
+				if p.end.Code == 0 && !noticed && running > 0 && !stopping && !failed && j.cfg.WaitNotice > 0 {
+					noticed = true
+					notice = time.NewTimer(j.cfg.WaitNotice)
+					noticeDue = notice.C
+				}
 			case !stopping: // the job's first failure
 				failed = true
+				noticeDue = nil
 				msg := fmt.Sprintf("rank %d (pid %d) %s", p.id, p.pid, p.end.How)
 				switch {
 				case running > 0 && j.cfg.Settle > 0:
@@ -496,6 +514,17 @@ func (j *job) supervise(startCode int) (res Result, failed bool) {
 				j.killRunning()
 			}
 
+		case <-noticeDue:
+			noticeDue = nil
+			var gone []int
+			for _, q := range j.procs {
+				if q.exited {
+					gone = append(gone, q.id)
+				}
+			}
+			j.printf("%s exited 0 (the first %v ago); still waiting for %s to exit (Ctrl-C stops the job)",
+				rankList(gone), j.cfg.WaitNotice, j.describeRunningPids())
+
 		case <-settleOver:
 			settleOver = nil
 			if running > 0 {
@@ -508,7 +537,7 @@ func (j *job) supervise(startCode int) (res Result, failed bool) {
 			j.killRunning()
 		}
 	}
-	for _, t := range []*time.Timer{grace, settle} {
+	for _, t := range []*time.Timer{grace, settle, notice} {
 		if t != nil {
 			t.Stop()
 		}
@@ -529,6 +558,24 @@ func (j *job) describeRunning() string {
 		}
 	}
 	return rankList(ids)
+}
+
+// describeRunningPids is describeRunning with each rank's pid, e.g.
+// "rank 1 (pid 4242)" or "ranks 1 (pid 4242), 3 (pid 4250)".
+func (j *job) describeRunningPids() string {
+	var ids []string
+	for _, p := range j.procs {
+		if !p.exited {
+			ids = append(ids, fmt.Sprintf("%d (pid %d)", p.id, p.pid))
+		}
+	}
+	if len(ids) > comm.MaxRanksItems {
+		return j.describeRunning()
+	}
+	if len(ids) == 1 {
+		return "rank " + ids[0]
+	}
+	return "ranks " + strings.Join(ids, ", ")
 }
 
 // killRunning sends SIGKILL to every rank that has not exited yet.

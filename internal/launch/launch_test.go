@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -377,5 +378,74 @@ func TestRunSettle(t *testing.T) {
 	}
 	if d := end.Signalled.Sub(begin); d < settle {
 		t.Errorf("rank 0 was signalled %v after the job began, before the settle period of %v was over", d, settle)
+	}
+}
+
+// noticeWriter is a job's stderr that sends SIGTERM on sigs once a line
+// containing want was written.
+type noticeWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	sigs chan<- os.Signal
+	sent bool
+}
+
+func (w *noticeWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.sent && bytes.Contains(p, []byte(w.want)) {
+		w.sent = true
+		go func() { w.sigs <- syscall.SIGTERM }()
+	}
+	return w.buf.Write(p)
+}
+
+func (w *noticeWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestRunWaitNotice: a rank still running WaitNotice after another exited
+// 0 is named, with its pid, once; the test then stops the job with a
+// forwarded SIGTERM (without the notice the job never ends).
+func TestRunWaitNotice(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := []launchtest.Step{{Rank: 1, Do: "exit 0"}, {Rank: 2, Do: "exit 0"}, {Rank: 0, Do: "hang"}}
+	sigs := make(chan os.Signal)
+	errw := &noticeWriter{want: "still waiting for", sigs: sigs}
+	var out bytes.Buffer
+	cfg := Config{
+		Name: "test", Command: []string{self}, Ranks: 3, Grace: 10 * time.Second, WaitNotice: 150 * time.Millisecond,
+		Env:    append(append(os.Environ(), launchtest.Env(script, dir)...), "GORACE=atexit_sleep_ms=0"),
+		Stdout: &out, Stderr: errw, Signals: sigs,
+	}
+	done := make(chan Result, 1)
+	go func() { done <- Run(cfg) }()
+	var res Result
+	select {
+	case res = <-done:
+	case <-time.After(jobTimeout):
+		t.Fatalf("the job did not end within %v: no notice; stderr:\n%s", jobTimeout, errw.String())
+	}
+	if res.Code != 143 || res.Interrupted != syscall.SIGTERM {
+		t.Errorf("result %+v, want 143 after the forwarded SIGTERM; stderr:\n%s", res, errw.String())
+	}
+	pid, err := os.ReadFile(launchtest.PidFile(dir, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rank 2 may exit before or after the notice is due (only rank 1's
+	// exit orders it).
+	msgs := messages(errw.String())
+	want := regexp.MustCompile(`^test: (rank 1|ranks 1, 2) exited 0 \(the first 150ms ago\); still waiting for rank 0 \(pid ` + string(pid) + `\) to exit \(Ctrl-C stops the job\)$`)
+	if len(msgs) != 2 || !want.MatchString(msgs[0]) || msgs[1] != "test: received SIGTERM; forwarding it to the ranks still running, rank 0" {
+		t.Errorf("launcher messages %q, want the notice then the forwarded SIGTERM", msgs)
 	}
 }

@@ -101,6 +101,11 @@ func TestConfigToken(t *testing.T) {
 		{"both/file=missing", map[string]string{"COBRE_TCP_TOKEN": testToken, "COBRE_TCP_TOKEN_FILE": missing}, 2,
 			"not both", missing},
 		{"file=missing", map[string]string{"COBRE_TCP_TOKEN_FILE": missing}, 1, "cannot read the token file: open " + missing, missing},
+		// A value that may be the token itself (no such file, not a path
+		// starting with / . ~) is not shown, nor is it in the reason.
+		{"file=token-by-mistake", map[string]string{"COBRE_TCP_TOKEN_FILE": "SeCrEtToKeN0123456789abcdef"}, 1,
+			"cannot read the token file: no such file or directory (working directory ", starcomm.NotShown},
+		{"file=relative-missing", map[string]string{"COBRE_TCP_TOKEN_FILE": "./no-such-token"}, 1, "cannot read the token file: open ./no-such-token", "./no-such-token"},
 		{"file=directory", map[string]string{"COBRE_TCP_TOKEN_FILE": t.TempDir()}, 1, "the token file is a directory, not a regular file", ""},
 		{"file=empty", map[string]string{"COBRE_TCP_TOKEN_FILE": empty}, 1, "the token file is empty", empty},
 		{"file=large", map[string]string{"COBRE_TCP_TOKEN_FILE": large}, 1, "larger than 64 KiB", large},
@@ -126,6 +131,16 @@ func TestConfigToken(t *testing.T) {
 			}
 			assert.Contains(t, err.Error(), tc.want)
 			assertNoToken(t, "the error", err.Error())
+			if tc.value == starcomm.NotShown {
+				assert.NotContains(t, err.Error(), tc.env["COBRE_TCP_TOKEN_FILE"])
+				// Set from Go, the same (New reads the file).
+				cfg := starcomm.DefaultConfig()
+				cfg.Backend, cfg.Rank, cfg.Size, cfg.TokenFile = "tcp", 0, 2, tc.env["COBRE_TCP_TOKEN_FILE"]
+				_, verr := starcomm.TokenOf(cfg)
+				require.Error(t, verr)
+				assert.NotContains(t, verr.Error(), tc.env["COBRE_TCP_TOKEN_FILE"])
+				assert.Contains(t, verr.Error(), starcomm.NotShown)
+			}
 		})
 	}
 	// Set but blank: an error naming the variable (a lost secret must not

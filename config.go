@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -241,14 +242,23 @@ func (e *InvalidConfigurationError) Error() string {
 // does not know: most often a misspelt one, which would otherwise be
 // silently ignored. Suggestion is the closest known name, or "" when none
 // is close. The variable's value is not reported (it may be a secret).
+//
+// Service is set instead when the variable is one Kubernetes puts in a
+// pod's environment for a Service of its namespace whose name starts with
+// "cobre" (COBRE_SERVICE_HOST, COBRE_PORT=tcp://..., COBRE_PORT_80_TCP_ADDR
+// and the like for a Service named "cobre"): that Service's name.
 type UnknownVariableError struct {
 	Var        string
 	Suggestion string
+	Service    string
 }
 
 // Error names the variable and the known one it most resembles, or
-// lists the known ones.
+// lists the known ones; for a Kubernetes Service's variable, it says so.
 func (e *UnknownVariableError) Error() string {
+	if e.Service != "" {
+		return fmt.Sprintf("starcomm: unknown variable %s: Kubernetes sets it for the Service %q of the pod's namespace; set enableServiceLinks: false in the pod's spec, or give the Service a name that does not start with \"cobre\"", e.Var, e.Service)
+	}
 	if e.Suggestion != "" {
 		return fmt.Sprintf("starcomm: unknown variable %s: did you mean %s?", e.Var, e.Suggestion)
 	}
@@ -291,7 +301,7 @@ func (c Config) Validate() error {
 	failed := map[string]bool{}
 	bad := func(v *variable, allowed string) {
 		failed[v.name] = true
-		errs = append(errs, &InvalidConfigurationError{Var: v.field, Value: v.goValue(c), Allowed: allowed})
+		errs = append(errs, &InvalidConfigurationError{Var: v.field, Value: shownValue(v.name, v.goValue(c)), Allowed: allowed})
 	}
 	for i := range variables {
 		v := &variables[i]
@@ -361,10 +371,36 @@ func ConfigFromEnviron(environ []string) (Config, error) {
 		if strings.TrimSpace(vars[name]) == "" || lookupVariable(name) != nil || !looksOurs(name) {
 			continue
 		}
+		if svc := serviceLink(name, vars[name]); svc != "" {
+			unknown = append(unknown, &UnknownVariableError{Var: name, Service: svc})
+			continue
+		}
 		unknown = append(unknown, &UnknownVariableError{Var: name, Suggestion: suggest(name)})
 	}
 	c, errs := configFromVars(func(name string) (string, bool) { v, ok := vars[name]; return v, ok })
 	return c, joinErrors(append(unknown, errs...))
+}
+
+// Kubernetes's variables for a Service (enableServiceLinks, on by
+// default): SVC_SERVICE_HOST, SVC_SERVICE_PORT, SVC_SERVICE_PORT_NAME,
+// SVC_PORT_80_TCP and its _PROTO, _PORT and _ADDR; and SVC_PORT, whose
+// value is then a URL such as tcp://10.96.0.12:80.
+var (
+	serviceLinkName = regexp.MustCompile(`^(COBRE(?:_[A-Z0-9_]*?)?)_(?:SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?|PORT_[0-9]+_(?:TCP|UDP|SCTP)(?:_PROTO|_PORT|_ADDR)?)$`)
+	servicePortName = regexp.MustCompile(`^(COBRE(?:_[A-Z0-9_]+)?)_PORT$`)
+	servicePortURL  = regexp.MustCompile(`^(?:tcp|udp|sctp)://[^/]+:[0-9]+$`)
+)
+
+// serviceLink returns the name of the Kubernetes Service whose variable
+// name=value looks like, or "".
+func serviceLink(name, value string) string {
+	m := serviceLinkName.FindStringSubmatch(name)
+	if m == nil {
+		if m = servicePortName.FindStringSubmatch(name); m == nil || !servicePortURL.MatchString(value) {
+			return ""
+		}
+	}
+	return strings.ReplaceAll(strings.ToLower(m[1]), "_", "-")
 }
 
 // ConfigFromLookup reads the COBRE_* variables through lookup (for
@@ -405,7 +441,7 @@ func configFromVars(lookup func(string) (string, bool)) (Config, []error) {
 		if err := v.parse(&c, s); err != nil {
 			var na notAllowed
 			if errors.As(err, &na) {
-				err = &InvalidConfigurationError{Var: src.name(v.name), Value: s, Allowed: string(na) + src.note(v.name)}
+				err = &InvalidConfigurationError{Var: src.name(v.name), Value: shownValue(v.name, s), Allowed: string(na) + src.note(v.name)}
 			}
 			bad[v.name] = err
 		}
@@ -424,7 +460,7 @@ func configFromVars(lookup func(string) (string, bool)) (Config, []error) {
 		if slices.ContainsFunc(p.involves, func(n string) bool { _, set := values[n]; return !set || bad[n] != nil }) {
 			continue
 		}
-		bad[p.name] = &InvalidConfigurationError{Var: src.name(p.name), Value: values[p.name], Allowed: p.allowed + src.note(p.name)}
+		bad[p.name] = &InvalidConfigurationError{Var: src.name(p.name), Value: shownValue(p.name, values[p.name]), Allowed: p.allowed + src.note(p.name)}
 		invalid = append(invalid, bad[p.name])
 	}
 	rank := rankGood

@@ -632,6 +632,46 @@ func TestConfigUnknownVariables(t *testing.T) {
 	}
 }
 
+// TestConfigServiceLinks: the variables Kubernetes sets for a Service
+// whose name starts with "cobre" are unknown, and the error says where
+// they come from and what to do.
+func TestConfigServiceLinks(t *testing.T) {
+	cases := []struct{ name, value, service string }{
+		{"COBRE_SERVICE_HOST", "10.96.0.12", "cobre"},
+		{"COBRE_SERVICE_PORT", "8080", "cobre"},
+		{"COBRE_SERVICE_PORT_HTTP", "8080", "cobre"},
+		{"COBRE_PORT", "tcp://10.96.0.12:8080", "cobre"},
+		{"COBRE_PORT_8080_TCP", "tcp://10.96.0.12:8080", "cobre"},
+		{"COBRE_PORT_8080_TCP_PROTO", "tcp", "cobre"},
+		{"COBRE_PORT_8080_TCP_PORT", "8080", "cobre"},
+		{"COBRE_PORT_53_UDP_ADDR", "10.96.0.12", "cobre"},
+		{"COBRE_DB_SERVICE_HOST", "10.96.0.13", "cobre-db"},
+		{"COBRE_DB_PORT", "tcp://10.96.0.13:5432", "cobre-db"},
+		{"COBRE_DB_PORT_5432_SCTP_ADDR", "10.96.0.13", "cobre-db"},
+		// Not a Service's: a misspelt port, a COBRE_PORT that is no URL.
+		{"COBRE_PORT", "29500", ""},
+		{"COBRE_TCP_PORTS", "29500", ""},
+		{"COBRE_PORT_8080", "x", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			_, err := starcomm.ConfigFromEnviron([]string{tc.name + "=" + tc.value})
+			var u *starcomm.UnknownVariableError
+			require.ErrorAs(t, err, &u)
+			assert.Equal(t, tc.service, u.Service)
+			if tc.service != "" {
+				assert.Equal(t, "starcomm: unknown variable "+tc.name+`: Kubernetes sets it for the Service "`+tc.service+
+					`" of the pod's namespace; set enableServiceLinks: false in the pod's spec, or give the Service a name that does not start with "cobre"`, u.Error())
+				if !strings.Contains(tc.name, tc.value) {
+					assert.NotContains(t, err.Error(), tc.value, "the value is not shown")
+				}
+			} else {
+				assert.NotContains(t, u.Error(), "Kubernetes")
+			}
+		})
+	}
+}
+
 // TestConfigUnknownVariablesAllAtOnce: every unknown variable is reported,
 // sorted by name, with the other configuration errors after them.
 func TestConfigUnknownVariablesAllAtOnce(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,6 +201,24 @@ var tokenFile = codec{
 	show: func(c Config) string { return c.TokenFile },
 }
 
+// NotShown stands for the value of COBRE_TCP_TOKEN_FILE in an
+// InvalidConfigurationError when that value may be the token itself.
+const NotShown = "(not shown: it may be the token)"
+
+// shownValue is the value of variable name that an error may show: the
+// value itself, except for a token file that does not exist and whose
+// path does not start with '/', '.' or '~', which may be a token put in
+// COBRE_TCP_TOKEN_FILE by mistake (NotShown).
+func shownValue(name, v string) string {
+	if name != EnvTokenFile || v == "" || strings.ContainsAny(v[:1], "/.~") {
+		return v
+	}
+	if _, err := os.Lstat(v); err == nil || errors.Is(err, fs.ErrPermission) {
+		return v // a path, whatever is wrong with the file
+	}
+	return NotShown
+}
+
 // maxTokenFile bounds what is read of a token file (a token is far
 // shorter; a device such as /dev/zero would never end).
 const maxTokenFile = 64 << 10
@@ -228,6 +247,15 @@ func notRegular(m fs.FileMode) string {
 func readTokenFile(path string) (star.Token, string) {
 	f, err := openTokenFile(path)
 	if err != nil {
+		if shownValue(EnvTokenFile, path) == NotShown {
+			// The error would show the path, which may be the token.
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			wd, _ := os.Getwd()
+			return nil, fmt.Sprintf("cannot read the token file: %v (working directory %s); COBRE_TCP_TOKEN_FILE takes the path of a file that holds the token, COBRE_TCP_TOKEN the token", err, wd)
+		}
 		if errors.Is(err, fs.ErrPermission) {
 			return nil, "cannot read the token file (this process's user may not read it): " + err.Error()
 		}
@@ -265,7 +293,7 @@ func (c Config) token() (star.Token, error) {
 	}
 	tok, why := readTokenFile(c.TokenFile)
 	if why != "" {
-		return nil, &InvalidConfigurationError{Var: lookupVariable(EnvTokenFile).field, Value: c.TokenFile, Allowed: why}
+		return nil, &InvalidConfigurationError{Var: lookupVariable(EnvTokenFile).field, Value: shownValue(EnvTokenFile, c.TokenFile), Allowed: why}
 	}
 	return tok, nil
 }

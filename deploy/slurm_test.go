@@ -162,6 +162,10 @@ func runSbatch(t *testing.T, dir, starbench, nodelist string, nodes []string, na
 		"SLURM_JOB_NODELIST="+nodelist,
 		"FAKE_NODES="+strings.Join(nodes, " "),
 		"FAKE_LOG="+log,
+		// Stray variables of the submitting shell, which sbatch passes on:
+		// the script must not let them give every task rank 0, or bind
+		// rank 0 to the loopback.
+		"COBRE_TCP_RANK=0", "COBRE_TCP_SIZE="+strconv.Itoa(ntasks), "COBRE_TCP_BIND_ADDR=127.0.0.1",
 	)
 	for i, ns := range namespaces {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("FAKE_NS_%d=%s", i, ns))

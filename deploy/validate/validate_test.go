@@ -66,6 +66,15 @@ func kubeObjects(manifest []byte) (svcs []*corev1.Service, jobs []*batchv1.Job, 
 	return svcs, jobs, nil
 }
 
+// cobreServiceLinks are the variables Kubernetes puts in a pod's
+// environment for a Service named "cobre" (ClusterIP 10.96.0.12, port 8080)
+// in its namespace, unless the pod sets enableServiceLinks: false.
+var cobreServiceLinks = []string{
+	"COBRE_SERVICE_HOST=10.96.0.12", "COBRE_SERVICE_PORT=8080", "COBRE_PORT=tcp://10.96.0.12:8080",
+	"COBRE_PORT_8080_TCP=tcp://10.96.0.12:8080", "COBRE_PORT_8080_TCP_PROTO=tcp",
+	"COBRE_PORT_8080_TCP_PORT=8080", "COBRE_PORT_8080_TCP_ADDR=10.96.0.12",
+}
+
 // checkKube checks the wiring of a starcomm job's Service and Indexed Job.
 func checkKube(svc *corev1.Service, job *batchv1.Job) error {
 	var errs []error
@@ -129,6 +138,12 @@ func checkKube(svc *corev1.Service, job *batchv1.Job) error {
 		for k, v := range env {
 			environ = append(environ, k+"="+v)
 		}
+		if pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks {
+			// Kubernetes then adds variables for every Service of the
+			// namespace; one named "cobre" gives COBRE_* variables, which
+			// starcomm refuses as unknown.
+			environ = append(environ, cobreServiceLinks...)
+		}
 		for i := range int(*spec.Completions) {
 			cfg, err := starcomm.ConfigFromEnviron(append(slices.Clone(environ), "JOB_COMPLETION_INDEX="+strconv.Itoa(i)))
 			switch {
@@ -183,6 +198,7 @@ func TestKubernetesValidatorRefuses(t *testing.T) {
 			j.Spec.Completions, j.Spec.Parallelism = &n, &n
 		}, "want completions (3)"},
 		"selector=not-matching": {func(s *corev1.Service, _ *batchv1.Job) { s.Spec.Selector = map[string]string{"app": "x"} }, "do not carry"},
+		"service-links=on":      {func(_ *corev1.Service, j *batchv1.Job) { j.Spec.Template.Spec.EnableServiceLinks = nil }, "unknown variable COBRE_PORT"},
 	}
 	for name, tc := range wiring {
 		t.Run(name, func(t *testing.T) {

@@ -24,6 +24,28 @@ func checkView(op, name string, v View) error {
 	return nil
 }
 
+// span returns the addresses of b's first byte and one past its last.
+func span(b []byte) (lo, hi uintptr) {
+	if len(b) == 0 {
+		return 0, 0
+	}
+	lo = uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return lo, lo + uintptr(len(b))
+}
+
+// overlaps reports whether a and b share memory (empty ones never do).
+func overlaps(a, b []byte) bool {
+	alo, ahi := span(a)
+	blo, bhi := span(b)
+	return len(a) > 0 && len(b) > 0 && alo < bhi && blo < ahi
+}
+
+// sameMemory reports whether a and b are the same bytes: same start, same
+// length.
+func sameMemory(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
+}
+
 // CheckAllgatherv validates the arguments of an Allgatherv call on rank of a
 // communicator of the given size, as every backend must before sending
 // anything. It returns the total number of elements, sum(counts).
@@ -34,7 +56,9 @@ func checkView(op, name string, v View) error {
 // the length of send (an *InvalidBufferSizeError), then each region: one
 // whose end, displs[r]+counts[r], does not fit an int is an
 // *InvalidArgumentError, one that ends beyond recv an
-// *InvalidBufferSizeError; then overlapping regions.
+// *InvalidBufferSizeError; then overlapping regions; then a send that
+// shares memory with recv other than as this rank's own region (in place:
+// send is exactly recv's region of rank), an *InvalidArgumentError.
 func CheckAllgatherv(rank, size int, send, recv View, counts, displs []int) (int, error) {
 	const op = OpAllgatherv
 	if err := checkView(op, "send", send); err != nil {
@@ -103,10 +127,19 @@ func CheckAllgatherv(rank, size int, send, recv View, counts, displs []int) (int
 			}
 		}
 	}
+	if overlaps(send.Bytes, recv.Bytes) {
+		es := recv.Type.Size()
+		own := recv.Bytes[displs[rank]*es : (displs[rank]+counts[rank])*es]
+		if !sameMemory(send.Bytes, own) {
+			return 0, &InvalidArgumentError{Operation: op, Message: fmt.Sprintf("send shares memory with recv but is not rank %d's own region of it, recv[%d:%d] (in place, send must be exactly that region; otherwise give separate buffers)",
+				rank, displs[rank], displs[rank]+counts[rank])}
+		}
+	}
 	return total, nil
 }
 
-// CheckAllreduce validates the arguments of an Allreduce call.
+// CheckAllreduce validates the arguments of an Allreduce call: send and
+// recv are either the same memory (in place) or do not overlap.
 func CheckAllreduce(send, recv View, op ReduceOp) error {
 	const name = OpAllreduce
 	if err := checkView(name, "send", send); err != nil {
@@ -129,6 +162,9 @@ func CheckAllreduce(send, recv View, op ReduceOp) error {
 	}
 	if send.Len() == 0 {
 		return &InvalidBufferSizeError{Operation: name, Expected: 1, Actual: 0, Detail: "send and recv must not be empty"}
+	}
+	if overlaps(send.Bytes, recv.Bytes) && !sameMemory(send.Bytes, recv.Bytes) {
+		return &InvalidArgumentError{Operation: name, Message: "send and recv overlap without being the same buffer (in place, pass the same slice as both; otherwise give separate buffers)"}
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package comm_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/starcomm/starcomm/comm"
@@ -85,5 +87,57 @@ func TestCheckAllgathervTotal(t *testing.T) {
 	total, err := comm.CheckAllgatherv(1, 3, comm.ViewOf(make([]int32, 4)), comm.ViewOf(recv), []int{3, 4, 0}, []int{6, 2, 10})
 	if err != nil || total != 7 {
 		t.Fatalf("CheckAllgatherv = %d, %v; want 7, nil", total, err)
+	}
+}
+
+// TestCheckOverlap: send and recv are separate memory, or in place exactly
+// (allreduce: the same slice; allgatherv: send is this rank's region of
+// recv); any other sharing is an InvalidArgumentError (a backend that
+// writes recv while it still reads send would return wrong data).
+func TestCheckOverlap(t *testing.T) {
+	big := make([]float64, 11)
+	v := comm.ViewOf[float64]
+	isArg := func(t *testing.T, err error, want string) {
+		t.Helper()
+		var ia *comm.InvalidArgumentError
+		if !errors.As(err, &ia) || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want an InvalidArgumentError saying %q", err, want)
+		}
+	}
+	type pair struct{ send, recv []float64 }
+	for name, p := range map[string]pair{
+		"separate": {big[:5], big[5:10]}, "same": {big[:10], big[:10]}, "adjacent": {big[5:10], big[:5]},
+	} {
+		if err := comm.CheckAllreduce(v(p.send), v(p.recv), comm.Sum); err != nil {
+			t.Errorf("allreduce/%s: %v", name, err)
+		}
+	}
+	for name, p := range map[string]pair{"shifted": {big[:10], big[1:11]}, "shifted-back": {big[1:11], big[:10]}} {
+		t.Run("allreduce/"+name, func(t *testing.T) {
+			isArg(t, comm.CheckAllreduce(v(p.send), v(p.recv), comm.Max), "send and recv overlap without being the same buffer")
+		})
+	}
+	// Allgatherv, 2 ranks: regions [0,4) and [4,10) of recv = big[:10].
+	counts, displs := []int{4, 6}, []int{0, 4}
+	recv := big[:10]
+	type call struct {
+		rank int
+		send []float64
+	}
+	for name, c := range map[string]call{
+		"separate": {1, make([]float64, 6)}, "in-place/rank=1": {1, big[4:10]}, "in-place/rank=0": {0, big[:4]},
+		"beside-recv": {0, make([]float64, 4)},
+	} {
+		if _, err := comm.CheckAllgatherv(c.rank, 2, v(c.send), v(recv), counts, displs); err != nil {
+			t.Errorf("allgatherv/%s: %v", name, err)
+		}
+	}
+	for name, c := range map[string]call{
+		"shifted-own": {1, big[3:9]}, "other-region": {0, big[4:8]}, "past-the-end": {1, big[5:11]},
+	} {
+		t.Run("allgatherv/"+name, func(t *testing.T) {
+			_, err := comm.CheckAllgatherv(c.rank, 2, v(c.send), v(recv), counts, displs)
+			isArg(t, err, fmt.Sprintf("send shares memory with recv but is not rank %d's own region of it", c.rank))
+		})
 	}
 }

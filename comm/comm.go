@@ -22,8 +22,12 @@ type Communicator interface {
 	Broadcast(ctx context.Context, buf View, root int) error
 	// Barrier returns once every rank has entered it.
 	Barrier(ctx context.Context) error
-	// Close releases the communicator's resources. It always returns
-	// promptly; later calls return ErrInvalidCommunicator.
+	// Close ends the communicator on this rank and releases its
+	// resources; it may be called from any goroutine, during a collective
+	// (which then fails at once). It is not always immediate: a backend
+	// may wait, bounded by its timeouts, for its peers to close too (the
+	// tcp backend's workers wait for rank 0's Shutdown). Collectives called
+	// after Close return ErrInvalidCommunicator.
 	Close() error
 }
 

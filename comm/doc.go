@@ -18,12 +18,14 @@
 //   - Allgatherv: rank r contributes send (len == counts[r]); on return recv
 //     holds rank r's data at [displs[r], displs[r]+counts[r]) for every r.
 //     Elements of recv outside those regions are left untouched. Regions must
-//     lie inside recv and must not overlap.
+//     lie inside recv and must not overlap. send either shares no memory
+//     with recv or is exactly rank r's region of it (in place).
 //   - Allreduce: element-wise reduction of every rank's send, applied in rank
 //     order 0, 1, ..., R-1 (acc = send₀; acc = op(acc, send_r)), so the result
 //     is bit-for-bit deterministic and identical on every rank. Min and Max
 //     follow Go's built-in min and max (a NaN operand gives NaN; -0 < +0);
-//     integer Sum wraps; BitwiseOr accepts integer types only.
+//     integer Sum wraps; BitwiseOr accepts integer types only. send and
+//     recv are the same slice (in place) or share no memory.
 //   - Broadcast: root's buf is copied into every other rank's buf.
 //   - Barrier: no rank returns before every rank has entered.
 //

@@ -44,6 +44,9 @@ const (
 	// envChaosReady is the number of completed iterations after which the
 	// child prints "READY iter=N", so the parent knows it is mid-loop.
 	envChaosReady = "STARCOMM_TEST_CHAOS_READY"
+	// envChaosSessions, when set, is how many control sessions rank 0
+	// waits for before READY (default: one per worker).
+	envChaosSessions = "STARCOMM_TEST_CHAOS_SESSIONS"
 )
 
 // Exit codes of a chaos child.
@@ -150,6 +153,9 @@ func sessionsUp(cfg *starcomm.Config, wait bool) func() bool {
 	want := int64(1)
 	if cfg.Rank == 0 {
 		want = int64(cfg.Size - 1)
+		if n, err := strconv.Atoi(os.Getenv(envChaosSessions)); err == nil {
+			want = int64(n)
+		}
 	}
 	h := &sessionCounter{}
 	cfg.Logger = slog.New(h)

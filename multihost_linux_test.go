@@ -244,6 +244,44 @@ func TestMultihostLinkCut(t *testing.T) {
 	}
 }
 
+// TestMultihostSessionlessCut: a worker without a control session (rank
+// 2, COBRE_TCP_LIVENESS_SECS=0 on it alone: as a spec-only worker, or one
+// cut off before its session came up) is held to the liveness timeout by
+// its data link's system (TCP_USER_TIMEOUT and keep-alive; see
+// coordinator.setPeerTimeout). Its host is cut off in the middle of a loop
+// of allreduces, collective timeout an hour: ranks 0 and 1 fail naming it
+// within the liveness timeout and a second, not after the hour.
+func TestMultihostSessionlessCut(t *testing.T) {
+	skipUnlessNetns(t, false)
+	const size, victim = 3, 2
+	n := newHosts(t, size, netns.Options{Names: hostNames(size)})
+	ctx := chaosWatchdog(t)
+	live := "COBRE_TCP_LIVENESS_SECS=" + strconv.Itoa(int(cutLiveness/time.Second))
+	procs := startChaosCmds(t, repeat(comm.OpAllreduce, size), func(r int) *exec.Cmd {
+		cmd := n.SelfCommand(r)
+		cmd.Env = hostEnv("node0", live)
+		if r == victim {
+			cmd.Env = hostEnv("node0", "COBRE_TCP_LIVENESS_SECS=0")
+		}
+		return cmd
+	}, "COBRE_TCP_TIMEOUT_SECS=3600", envChaosReady+"=200", envChaosSessions+"=1")
+	for _, p := range procs {
+		p.await(t, ctx, "READY ")
+	}
+	begin := time.Now()
+	require.NoError(t, n.Cut(victim), "cut host %d", victim)
+	end := time.Now()
+	for _, p := range procs[:victim] {
+		res := parseResult(t, p.await(t, ctx, "RESULT "))
+		t.Logf("rank %d: ms=%.1f (cutting took %.1f ms) named=%s msg=%q", p.rank, ms(res.at.Sub(end)), ms(end.Sub(begin)), res.fields["rank"], res.msg)
+		assertFailedNaming(t, p, res, victim)
+		assert.GreaterOrEqual(t, res.at.Sub(begin), cutLiveness*8/10, "rank %d failed before the bound", p.rank)
+		assert.LessOrEqual(t, res.at.Sub(end), cutLiveness+time.Second, "rank %d detected the cut late", p.rank)
+		assert.Contains(t, res.msg, "the system gave up on the connection", "rank %d", p.rank)
+		assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+	}
+}
+
 // TestMultihostBindAddr: host 0 has two interfaces, eth0 (network 0, name
 // node0) and eth1 (network 1, name node0-mgmt), and the coordinator binds
 // eth0's address only (COBRE_TCP_BIND_ADDR):

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"reflect"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/starcomm/starcomm/comm"
@@ -143,6 +144,10 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			c.role = co
 			if cfg.control() {
 				co.gate, co.graceEnd = gate, time.Now().Add(sessionGrace)
+				// Until its control session is up (it then takes over),
+				// a worker's host is held to the liveness timeout by its
+				// data link's system (before serve: attach restores it).
+				co.setPeerTimeouts(cfg.Liveness)
 				gate.serve(co.attach, func(msg string, args ...any) { c.log(slog.LevelWarn, msg, args...) })
 			} else {
 				gate.stop()
@@ -761,6 +766,11 @@ func (c *Comm) report(op string, blame int, err error) {
 // describe explains a link error in words.
 func describe(err error, timeout time.Duration) string {
 	switch {
+	case errors.Is(err, syscall.ETIMEDOUT):
+		// TCP_USER_TIMEOUT or keep-alive: the collective timeout, or for a
+		// worker without a control session the liveness timeout (see
+		// coordinator.setPeerTimeout).
+		return fmt.Sprintf("the system gave up on the connection: the peer's host acknowledged nothing in time (host gone or network cut): %v", err)
 	case isTimeout(err):
 		return fmt.Sprintf("no progress within the %v timeout (peer hung or unreachable): %v", timeout, err)
 	case errors.Is(err, io.EOF):

@@ -902,3 +902,34 @@ func startWarm(t *testing.T, live time.Duration) []comm.Communicator {
 	awaitControl(t, comms)
 	return comms
 }
+
+// TestPeerTimeoutUntilSession: rank 0 holds every worker's data link to
+// the liveness timeout (transport.PeerTimeoutSetter: the link fails once
+// the worker's host acknowledges nothing for that long) until the
+// worker's control session is up, whose heartbeats then take over (the
+// link's own setting restored, 0). A worker that never opens one (rank 2,
+// without a control session like a spec-only worker) stays held to it:
+// lost before its session came up, or without one, it is found within
+// the liveness timeout rather than the collective timeout.
+func TestPeerTimeoutUntilSession(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		s := faulty.NewScript()
+		comms := inBubble(t, 3, func(c *star.Config) {
+			c.Timeout, c.Liveness = time.Hour, 10*time.Second
+			if c.Rank == 2 {
+				c.Liveness = -1
+			}
+			if c.Listener != nil {
+				c.Listener = s.WrapListener(c.Listener)
+			}
+			if c.Dialer != nil {
+				c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+			}
+		})
+		t.Cleanup(func() { testkit.CloseAll(comms) })
+		synctest.Wait() // rank 1's control session is up
+		require.NoError(t, errors.Join(testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) })...))
+		assert.Equal(t, map[int]time.Duration{1: 0, 2: 10 * time.Second}, s.PeerTimeouts(0))
+		assert.Equal(t, map[int]time.Duration{0: 0}, s.PeerTimeouts(1), "workers leave theirs alone")
+	})
+}

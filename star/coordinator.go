@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/transport"
 )
 
 // coordinator is rank 0's part of every collective. It reads and writes
@@ -172,10 +173,37 @@ func (co *coordinator) allSilent(now time.Time) (int, bool) {
 // attach starts the control session of worker rank, set up by the gate.
 func (co *coordinator) attach(rank int, cc *controlConn) {
 	l := co.byRank[rank]
+	co.setPeerTimeout(l, 0) // the heartbeats take over
 	ctl := newControl(co.c, rank, cc.conn, cc.sess, cc.hb, cc.msgs)
 	l.ctl.Store(ctl)
 	ctl.start()
 	co.c.log(slog.LevelDebug, "control session up", "rank", rank)
+}
+
+// setPeerTimeouts holds every worker's host to d on its data link (see
+// setPeerTimeout).
+func (co *coordinator) setPeerTimeouts(d time.Duration) {
+	for _, l := range co.workers {
+		co.setPeerTimeout(l, d)
+	}
+}
+
+// setPeerTimeout asks worker l's data link to fail (ETIMEDOUT) once l's
+// host has acknowledged nothing for d (transport.PeerTimeoutSetter; 0
+// restores the link's own setting). A worker without a control session
+// (a spec-only one, or one lost before its session came up: its host
+// gone, its network cut during start-up) is then found within d rather
+// than at the collective timeout; a live worker's host acknowledges,
+// however long its process computes. A conn without the ability is left
+// as it is.
+func (co *coordinator) setPeerTimeout(l *link, d time.Duration) {
+	ps, ok := l.conn.(transport.PeerTimeoutSetter)
+	if !ok {
+		return
+	}
+	if err := ps.SetPeerTimeout(d); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		co.c.log(slog.LevelDebug, "cannot set the data link's peer timeout", "rank", l.peer, "timeout", d, "err", err)
+	}
 }
 
 // closeGate stops accepting control connections: the listener closes

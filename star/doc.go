@@ -312,7 +312,13 @@
 // does not answer the Control frame (a spec-only one) goes on without.
 // Liveness for a rank starts once its session is up, milliseconds after
 // start-up (on a loaded host it can take longer); a rank frozen before
-// then is caught by the collective timeout instead.
+// then is caught by the collective timeout instead. Until then, and for
+// a worker that never opens one, the coordinator has the worker's data
+// link held to Liveness by its system where the transport can
+// (transport.PeerTimeoutSetter: over TCP, TCP_USER_TIMEOUT and keep-alive
+// probes), so a worker whose host is lost or cut off (which answers
+// nothing, unlike a frozen or busy process's) fails the link with
+// ETIMEDOUT within Liveness.
 //
 // The session carries two streams, both opened by the worker:
 //

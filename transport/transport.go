@@ -118,6 +118,21 @@ type UnreadCounter interface {
 	Unread() (int, error)
 }
 
+// PeerTimeoutSetter is an optional ability of a Conn: SetPeerTimeout(d)
+// makes the system give up on the connection (its reads and writes then
+// fail with a timeout, ETIMEDOUT over TCP) once the peer's host has
+// acknowledged nothing for about d: bytes sent and not acknowledged for d,
+// or, on an idle connection, keep-alive probes unanswered for d. A peer
+// whose process is busy, stopped or not reading still has its host
+// answer, so only a lost host or a cut network trips it (over TCP on Linux
+// 5.11 and later; before, a peer that kept its receive window closed for d
+// did too). SetPeerTimeout(0) restores the connection's own setting. Star's
+// coordinator sets it to the liveness timeout on the data link of a worker
+// that has no control session, whose heartbeats would otherwise do that.
+type PeerTimeoutSetter interface {
+	SetPeerTimeout(d time.Duration) error
+}
+
 // CloseWriter is an optional ability of a Conn: shut down the writing side
 // (TCP's half-close) so the peer reads EOF after the data already sent,
 // while this end can still read. After CloseWrite, Write fails; Read still

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -208,6 +209,22 @@ func (s *Script) Fire(rank int) {
 	}
 }
 
+// PeerTimeouts returns the last SetPeerTimeout value (Conn.PeerTimeout)
+// of every data conn of rank whose link is known, by link (on the
+// coordinator, the worker's rank; on a worker, 0).
+func (s *Script) PeerTimeouts(rank int) map[int]time.Duration {
+	s.mu.Lock()
+	conns := slices.Clone(s.conns)
+	s.mu.Unlock()
+	out := map[int]time.Duration{}
+	for _, c := range conns {
+		if link, control := c.linkKind(); c.rank == rank && !control && link >= 0 {
+			out[link] = c.PeerTimeout()
+		}
+	}
+	return out
+}
+
 // WrapDialer returns a Dialer for worker rank whose conns carry the
 // script's faults for that rank (Link 0). A RefuseDial fault for rank makes
 // the next Dial fail with ECONNREFUSED.
@@ -308,18 +325,19 @@ type Conn struct {
 	// writes.
 	accepted bool
 
-	mu        sync.Mutex
-	link      int      // -1 until the handshake is seen (coordinator side)
-	kind      connKind // unknown until the first frame's tag is seen
-	hung      bool
-	broken    error // sticky error after Crash, Reset or SysTimeout
-	once      error // error for the next I/O (Deadline)
-	corrupt   [2][]Fault
-	rdeadline time.Time
-	wdeadline time.Time
-	changed   chan struct{} // closed and replaced when a deadline changes
-	closed    chan struct{}
-	closeOnce sync.Once
+	mu          sync.Mutex
+	link        int      // -1 until the handshake is seen (coordinator side)
+	kind        connKind // unknown until the first frame's tag is seen
+	hung        bool
+	broken      error         // sticky error after Crash, Reset or SysTimeout
+	peerTimeout time.Duration // the last SetPeerTimeout
+	once        error         // error for the next I/O (Deadline)
+	corrupt     [2][]Fault
+	rdeadline   time.Time
+	wdeadline   time.Time
+	changed     chan struct{} // closed and replaced when a deadline changes
+	closed      chan struct{}
+	closeOnce   sync.Once
 
 	// Stream position per direction.
 	pos [2]struct {
@@ -409,6 +427,30 @@ func (c *Conn) Unread() (int, error) {
 	}
 	n, err := uc.Unread()
 	return n + held, err
+}
+
+var _ transport.PeerTimeoutSetter = (*Conn)(nil)
+
+// SetPeerTimeout implements transport.PeerTimeoutSetter when the wrapped
+// conn does, and records d (see PeerTimeout); over a conn that cannot, it
+// records d and fails with an error wrapping errors.ErrUnsupported.
+func (c *Conn) SetPeerTimeout(d time.Duration) error {
+	c.mu.Lock()
+	c.peerTimeout = d
+	c.mu.Unlock()
+	ps, ok := c.inner.(transport.PeerTimeoutSetter)
+	if !ok {
+		return fmt.Errorf("faulty: the wrapped conn cannot set a peer timeout: %w", errors.ErrUnsupported)
+	}
+	return ps.SetPeerTimeout(d)
+}
+
+// PeerTimeout returns the last d given to SetPeerTimeout (0: none, or
+// restored).
+func (c *Conn) PeerTimeout() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peerTimeout
 }
 
 // ConnOf returns the *Conn of a conn that WrapDialer or WrapListener

@@ -461,3 +461,16 @@ func (c *Conn) Close() error {
 
 // Yield is the inner conn's: it gives the processor to other threads once.
 func (c PollingConn) Yield() { c.raw.poller.Yield() }
+
+var _ transport.PeerTimeoutSetter = (*Conn)(nil)
+
+// SetPeerTimeout implements transport.PeerTimeoutSetter when the inner
+// conn does (TLS adds nothing to how the peer's host acknowledges); over
+// another it fails with an error wrapping errors.ErrUnsupported.
+func (c *Conn) SetPeerTimeout(d time.Duration) error {
+	ps, ok := c.inner.(transport.PeerTimeoutSetter)
+	if !ok {
+		return fmt.Errorf("mtls: the inner conn cannot set a peer timeout: %w", errors.ErrUnsupported)
+	}
+	return ps.SetPeerTimeout(d)
+}

@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/starcomm/starcomm/transport"
 )
@@ -27,6 +28,11 @@ type Conn struct {
 	// allocating: readStep and writeStep are method values made once, and
 	// the arguments and results of a call pass through rp, rn, rerr (under
 	// rmu) and wp, wn, werr (under pwmu).
+	// timeout and keepAlive are the Config's, which SetPeerTimeout(0)
+	// restores.
+	timeout   time.Duration
+	keepAlive time.Duration
+
 	rc        syscall.RawConn
 	readStep  func(fd uintptr) bool
 	writeStep func(fd uintptr) bool
@@ -87,7 +93,7 @@ func newConn(tc *net.TCPConn, cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{TCPConn: tc, rc: rc}
+	c := &Conn{TCPConn: tc, rc: rc, timeout: cfg.Timeout, keepAlive: cfg.KeepAlive}
 	c.readStep, c.writeStep, c.spliceStep = c.readOnce, c.writeOnce, c.spliceOnce
 	return c, nil
 }

@@ -63,7 +63,8 @@
 //     vanished host is noticed;
 //   - TCP_USER_TIMEOUT of Timeout (Linux only), so data a dead peer never
 //     acknowledges fails the connection with ETIMEDOUT after Timeout instead
-//     of the kernel's default of about fifteen minutes;
+//     of the kernel's default of about fifteen minutes (SetPeerTimeout
+//     holds one connection to a shorter bound, keep-alive included);
 //   - SO_SNDBUF and SO_RCVBUF of BufferSize, set before listen and connect
 //     so the window scale agreed in the handshake fits them (accepted
 //     sockets inherit the listener's). Setting them turns off Linux's buffer

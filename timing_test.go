@@ -41,10 +41,11 @@ const (
 	envBadRank     = "STARCOMM_TEST_BAD_RANK"     // wronglen, panic, wrongcounts: the rank at fault
 	envValues      = "STARCOMM_TEST_VALUES"       // wrongcounts: float64 per rank
 	envWhose       = "STARCOMM_TEST_WHOSE"        // wrongcounts: the rank whose count BAD_RANK gets wrong
+	envHow         = "STARCOMM_TEST_HOW"          // giveup: context or close
 )
 
 // timingModes are the chaos-child modes this file adds.
-var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true}
+var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true, "giveup": true}
 
 // envInt reads an integer from the environment (def when unset).
 func envInt(name string, def int) int {
@@ -69,6 +70,10 @@ func envInt(name string, def int) int {
 //     third, BAD_RANK counts 8 more for rank WHOSE (its own send grows with
 //     it when WHOSE is BAD_RANK), and every rank exits at once on its
 //     error, like wronglen.
+//   - giveup: barriers in a loop; at the third, BAD_RANK gives up 300 ms
+//     into it (HOW: its context's deadline passes, or another goroutine
+//     calls Close), and COMPUTE_RANK computes COMPUTE_MS before it. Every
+//     rank exits at once on its error.
 //
 // A failure prints a RESULT line (see chaosReport) first.
 func timingChild(mode string) int {
@@ -141,6 +146,27 @@ func timingChild(mode string) int {
 			begin := time.Now()
 			if err := comm.Allgatherv(ctx, c, send, recv, counts, displs); err != nil {
 				os.Exit(chaosReport(comm.OpAllgatherv, err, time.Since(begin))) // at once
+			}
+		}
+	case "giveup":
+		for i := 1; ; i++ {
+			cctx := ctx
+			if i == 3 && rank == bad {
+				if os.Getenv(envHow) == "close" {
+					stop := time.AfterFunc(300*time.Millisecond, func() { _ = c.Close() })
+					defer stop.Stop()
+				} else {
+					var cancel context.CancelFunc
+					cctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+					defer cancel()
+				}
+			}
+			if i == 3 && rank == envInt(envComputeRank, -1) {
+				time.Sleep(time.Duration(envInt(envComputeMS, 0)) * time.Millisecond)
+			}
+			begin := time.Now()
+			if err := c.Barrier(cctx); err != nil {
+				os.Exit(chaosReport(comm.OpBarrier, fmt.Errorf("iteration %d: %w", i, err), time.Since(begin))) // at once
 			}
 		}
 	default: // wronglen, panic
@@ -243,6 +269,41 @@ func TestRealImmediateExitBlame(t *testing.T) {
 				default:
 					assertFailedNaming(t, p, res, 2)
 				}
+			}
+			for _, p := range procs {
+				assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit\n%s", p.rank, p.dump())
+			}
+		})
+	}
+}
+
+// TestRealGiveUpAfterPart: rank 1 has sent its part of a barrier when it
+// gives up on it, 300 ms in (its context's deadline, or Close from another
+// goroutine), while rank 2 computes for 5 s before it; every rank exits
+// the instant it sees an error. Rank 0 fails at once naming rank 1, and
+// rank 2 as soon as it calls the barrier, within the same barrier. Before
+// rank 1 told rank 0 on the control session, rank 0 read its Abort only
+// with its next frame: the barrier waited for rank 2 and succeeded on
+// ranks 0 and 2, and rank 1, gone, was named at the next one.
+func TestRealGiveUpAfterPart(t *testing.T) {
+	skipUnlessChaos(t)
+	for _, how := range []string{"context", "close"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := chaosWatchdog(t)
+			procs := startChaos(t, ctx, repeat("giveup", 3), envBadRank+"=1", envHow+"="+how,
+				envComputeRank+"=2", envComputeMS+"=5000", "COBRE_TCP_TIMEOUT_SECS=60")
+			for _, p := range procs {
+				res := parseResult(t, p.await(t, ctx, "RESULT "))
+				t.Logf("rank=%d named=%s call_ms=%s msg=%q", p.rank, res.fields["rank"], res.fields["call_ms"], res.msg)
+				assertFailedNaming(t, p, res, 1)
+				assert.True(t, strings.HasPrefix(res.msg, "iteration 3: "), "rank %d fails in the barrier rank 1 gave up on: %s", p.rank, res.msg)
+				switch p.rank {
+				case 0:
+					assert.Less(t, res.int(t, "call_ms"), 2000, "rank 0 learns at once, not after rank 2's 5 s")
+				case 2:
+					assert.Less(t, res.int(t, "call_ms"), 1000, "rank 2 fails as it calls")
+				}
+				assert.NotContains(t, res.msg, "unresponsive")
 			}
 			for _, p := range procs {
 				assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit\n%s", p.rank, p.dump())

@@ -2,6 +2,7 @@ package star
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -401,6 +402,26 @@ func (c *Comm) declare(rank int, cause error, msg string) {
 	}
 }
 
+// peerFailed is the coordinator's part when worker rank says, on its
+// control session, that it failed collective seq for a cause of its own
+// (ab, its Abort; see msgFailed): it takes no further part in that
+// collective, nor in any after it. They fail on every rank, naming it (as
+// declare says: a collective whose result that worker already has is
+// spared), as when its Abort is read on its data link, in place of its
+// part; but a worker that had sent its part already would be read only
+// for its next frame, after the others' collective had waited for the
+// slowest rank and succeeded, or a process that exited at once would be
+// found out only at the liveness timeout.
+func (c *Comm) peerFailed(rank int, seq uint64, ab *AbortError) {
+	c.stateMu.Lock()
+	late := seq > c.seq+1 // not one the worker could be in: ignored
+	c.stateMu.Unlock()
+	if late || seq == 0 {
+		return
+	}
+	c.declare(rank, ab, "peer failed its collective")
+}
+
 // awaitsUnread reports whether this rank should not declare peer gone
 // yet, its control connection having ended without a farewell, because
 // the peer may have said more on its data link than this rank has read
@@ -562,6 +583,13 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 	if errors.As(err, &le) {
 		peer, err = le.peer, le.err
 	}
+	var ab *AbortError
+	if c.rank == 0 && errors.As(err, &ab) && ab.From > 0 && ab.From < c.size {
+		// A worker's Abort read on its control session (see peerFailed)
+		// cancels every link: it concerns the link to that worker, not
+		// the one whose cancel came first.
+		peer = ab.From
+	}
 	out := c.classify(ctx, op, peer, err)
 	// The rank at fault: as the error names it; else the peer whose frame
 	// was wrong (a length mismatch alone cannot tell which of the two
@@ -599,12 +627,24 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 		// Not waited for when rank 0 let nothing move for the timeout:
 		// it will hardly take the farewell now (as endLinks does not
 		// wait for its Abort).
+		// A failure of its own (its context, or Close) goes to rank 0 on
+		// the control session too (msgFailed), before the farewell: rank
+		// 0 reads this rank's data link, and so its Abort, only for its
+		// next frame, which it may already have.
 		oob = make(chan struct{}, 1)
 		by := time.Now().Add(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
+		own := ownFailure(ctx, err)
+		var body []byte
+		if own {
+			body = append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(payload)), c.seq), payload...)
+		}
 		if ctl.goUnlessStopped(func() {
+			if body != nil {
+				_ = ctl.send(msgFailed, body, by)
+			}
 			ctl.bidFarewell(by, ctl.stopped)
 			oob <- struct{}{}
-		}) && !isTimeout(err) {
+		}) && (own || !isTimeout(err)) {
 			noob = 1
 		}
 	}
@@ -621,7 +661,7 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 	switch {
 	case errors.Is(err, errClosed):
 		return &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "communicator closed during the collective", Err: comm.ErrInvalidCommunicator}
-	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+	case ownFailure(ctx, err):
 		return &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done during the collective", Err: ctx.Err()}
 	case errors.As(err, &le):
 		return &comm.InvalidBufferSizeError{Operation: op, Expected: le.expected, Actual: le.got, Unit: "bytes",
@@ -673,6 +713,13 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 		msg += "; " + co.stall(seq, op, start, time.Now(), "waited")
 	}
 	return &comm.CollectiveFailedError{Operation: op, Rank: peer, Message: msg, Err: err}
+}
+
+// ownFailure reports whether err, a collective's failure, has a cause of
+// this rank's own: its context ended during the collective, or Close was
+// called during it.
+func ownFailure(ctx context.Context, err error) bool {
+	return errors.Is(err, errClosed) || ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // abortFlushMax bounds how long a failing collective waits for its Aborts

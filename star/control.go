@@ -50,7 +50,20 @@ const (
 	// coordinator's Aborts, which leave alone a collective whose result
 	// it has sent in full.
 	msgAbortAfter byte = 3
+	// msgFailed, worker to coordinator: a collective's sequence number
+	// (u64 BE), then an Abort frame's payload: the worker failed that
+	// collective for a cause of its own (its context ended, or its
+	// communicator was closed), whether or not it had sent its part (see
+	// Comm.peerFailed). Its data link's Abort says the same, but rank 0
+	// reads that link only for the worker's next frame.
+	msgFailed byte = 4
 )
+
+// maxCalls bounds the fingerprints a coordinator keeps unread per worker
+// (see control.calls): the collective's goroutine takes one per
+// collective, and a worker runs at most one collective ahead of it, so
+// only fingerprints of collectives already over are ever dropped.
+const maxCalls = 64
 
 // Bytes on the heartbeat stream: a heartbeat, and the farewell an end
 // writes when it ends its session on purpose (Close, or a failed
@@ -102,11 +115,19 @@ type control struct {
 	stopped  chan struct{}
 	stopOnce sync.Once
 	// aborted gets a token when the coordinator's Abort was read (on a
-	// worker), msgsDone closes when the worker's reader of messages ends:
-	// what a worker whose data link ended waits for (see
+	// worker), msgsDone closes when the reader of messages ends (msgsErr
+	// is then why): what a worker whose data link ended waits for (see
 	// worker.controlLastWords).
 	aborted  chan struct{}
 	msgsDone chan struct{}
+	msgsErr  error
+	// On the coordinator: the worker's fingerprints that the reader of
+	// messages read and the collective's goroutine has not taken yet
+	// (see takeCall), oldest first, under callsMu; callsIn gets a token
+	// when one comes, and when the collective's link is cancelled.
+	callsMu sync.Mutex
+	calls   [][]byte
+	callsIn chan struct{}
 	// wg counts the session's goroutines; gomu orders starting one (see
 	// goUnlessStopped) against stop's Wait.
 	wg   sync.WaitGroup
@@ -119,18 +140,19 @@ type control struct {
 // newControl wraps an established session.
 func newControl(c *Comm, peer int, conn transport.Conn, sess *smux.Session, hb, msgs *smux.Stream) *control {
 	ctl := &control{c: c, peer: peer, conn: conn, sess: sess, hb: hb, msgs: msgs, stopped: make(chan struct{}),
-		aborted: make(chan struct{}, 1), msgsDone: make(chan struct{}), hbmu: make(chan struct{}, 1)}
+		aborted: make(chan struct{}, 1), msgsDone: make(chan struct{}), hbmu: make(chan struct{}, 1), callsIn: make(chan struct{}, 1)}
 	ctl.heard.Store(time.Now().UnixNano())
 	return ctl
 }
 
-// start runs the heartbeats and, on a worker, the reader of the
-// coordinator's messages.
+// start runs the heartbeats and the reader of the peer's messages.
 func (ctl *control) start() {
 	ctl.wg.Go(ctl.beat)
 	ctl.wg.Go(ctl.listen)
 	if ctl.c.rank != 0 {
 		ctl.wg.Go(ctl.readMessages)
+	} else {
+		ctl.wg.Go(ctl.readWorkerMessages)
 	}
 }
 
@@ -375,6 +397,7 @@ func (ctl *control) readMessages() {
 	for {
 		kind, body, err := ctl.readMsg(time.Time{})
 		if err != nil {
+			ctl.msgsErr = err
 			return
 		}
 		ctl.heard.Store(time.Now().UnixNano())
@@ -396,6 +419,63 @@ func (ctl *control) readMessages() {
 	}
 }
 
+// readWorkerMessages reads a worker's messages on the coordinator: its
+// fingerprints, kept for the collective's goroutine (see takeCall), and
+// the news that it failed a collective (see Comm.peerFailed). Kinds it
+// does not know are skipped.
+func (ctl *control) readWorkerMessages() {
+	defer func() {
+		close(ctl.msgsDone)
+		ctl.poke()
+	}()
+	for {
+		kind, body, err := ctl.readMsg(time.Time{})
+		if err != nil {
+			ctl.msgsErr = err
+			return
+		}
+		ctl.heard.Store(time.Now().UnixNano())
+		switch {
+		case kind == msgCall && len(body) >= 8:
+			ctl.callsMu.Lock()
+			if len(ctl.calls) == maxCalls {
+				ctl.calls = append(ctl.calls[:0], ctl.calls[1:]...)
+			}
+			ctl.calls = append(ctl.calls, body)
+			ctl.callsMu.Unlock()
+			ctl.poke()
+		case kind == msgFailed && len(body) >= 8:
+			ctl.c.peerFailed(ctl.peer, binary.BigEndian.Uint64(body), parseAbort(ctl.peer, body[8:]))
+		}
+	}
+}
+
+// poke wakes the collective's goroutine waiting for a fingerprint (see
+// takeCall).
+func (ctl *control) poke() {
+	select {
+	case ctl.callsIn <- struct{}{}:
+	default:
+	}
+}
+
+// takeCall returns the worker's fingerprint of collective seq, if it has
+// come, dropping those of earlier collectives (sent before the coordinator
+// attached the session).
+func (ctl *control) takeCall(seq uint64) ([]byte, bool) {
+	ctl.callsMu.Lock()
+	defer ctl.callsMu.Unlock()
+	for len(ctl.calls) > 0 {
+		fp := ctl.calls[0]
+		ctl.calls[0] = nil
+		ctl.calls = ctl.calls[1:]
+		if binary.BigEndian.Uint64(fp) >= seq {
+			return fp, true
+		}
+	}
+	return nil, false
+}
+
 // send writes one message, within until.
 func (ctl *control) send(kind byte, body []byte, until time.Time) error {
 	ctl.wmu.Lock()
@@ -409,15 +489,10 @@ func (ctl *control) send(kind byte, body []byte, until time.Time) error {
 }
 
 // readMsg reads one message, within until (zero: no deadline). Its one
-// reader calls it: the worker's readMessages, or the coordinator's
-// collective goroutine (fingerprints).
+// reader calls it: readMessages on a worker, readWorkerMessages on the
+// coordinator.
 func (ctl *control) readMsg(until time.Time) (kind byte, body []byte, err error) {
 	_ = ctl.msgs.SetReadDeadline(until)
-	return ctl.readMsgRaw()
-}
-
-// readMsgRaw is readMsg under whatever read deadline is set.
-func (ctl *control) readMsgRaw() (kind byte, body []byte, err error) {
 	if _, err := io.ReadFull(settled{ctl.msgs}, ctl.rhdr[:]); err != nil {
 		return 0, nil, err
 	}

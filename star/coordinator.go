@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -596,31 +597,32 @@ func (co *coordinator) awaitSession(l *link) (*control, error) {
 	}
 }
 
-// readCall reads worker l's fingerprint of collective seq from its
-// control session, skipping those of earlier collectives (sent before the
-// coordinator attached the session), within Timeout. Cancelling l
-// interrupts it.
+// readCall returns worker l's fingerprint of collective seq, as its
+// control session's reader of messages keeps them (skipping those of
+// earlier collectives, sent before the coordinator attached the session),
+// waiting for it at most Timeout. Cancelling l interrupts it.
 func (co *coordinator) readCall(l *link, ctl *control, seq uint64) ([]byte, error) {
-	until := time.Now().Add(co.c.cfg.Timeout)
+	t := time.NewTimer(co.c.cfg.Timeout)
+	defer t.Stop()
 	for {
-		l.dmu.Lock()
 		if err := l.cancelled(); err != nil {
-			l.dmu.Unlock()
 			return nil, err
 		}
-		_ = ctl.msgs.SetReadDeadline(until)
-		l.dmu.Unlock()
-		kind, body, err := ctl.readMsgRaw()
-		switch {
-		case l.cancelled() != nil:
-			return nil, l.cancelled()
-		case err != nil && isTimeout(err):
-			return nil, noProgress{fmt.Errorf("no fingerprint of collective #%d from rank %d within the %v timeout: %w", seq, l.peer, co.c.cfg.Timeout, err)}
-		case err != nil:
-			return nil, fmt.Errorf("control session: %w", err)
-		case kind != msgCall || len(body) < 8 || binary.BigEndian.Uint64(body) < seq:
-			continue
+		if fp, ok := ctl.takeCall(seq); ok {
+			return fp, nil
 		}
-		return body, nil
+		select {
+		case <-ctl.callsIn:
+		case <-ctl.msgsDone:
+			if fp, ok := ctl.takeCall(seq); ok {
+				return fp, nil
+			}
+			if err := l.cancelled(); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("control session: %w", ctl.msgsErr)
+		case <-t.C:
+			return nil, noProgress{fmt.Errorf("no fingerprint of collective #%d from rank %d within the %v timeout: %w", seq, l.peer, co.c.cfg.Timeout, os.ErrDeadlineExceeded)}
+		}
 	}
 }

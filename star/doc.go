@@ -380,7 +380,16 @@
 //     at once that another rank failed and which, while a worker still
 //     reading the result of a collective the coordinator completed gets
 //     that result whole. (Kind 1, the payload alone, from coordinators
-//     before kind 3, fails the running or next collective.) With
+//     before kind 3, fails the running or next collective.) A worker
+//     that fails a collective for a cause of its own (its context ended,
+//     or Close from another goroutine) says so here (kind 4: the
+//     collective's number, u64 BE, then its Abort's payload) before its
+//     farewell, since the coordinator reads its data link, and so its
+//     Abort, only for its next frame: a worker that had sent its part
+//     would otherwise leave the others' collective to wait for the
+//     slowest rank and succeed, or, if its process exits at once, be
+//     found only at Liveness. The coordinator fails that collective on
+//     every rank at once, naming the worker (see Comm.peerFailed). With
 //     Config.CheckCollectives each worker sends the fingerprint of each
 //     collective here before its data (kind 2: sequence number,
 //     operation, element type, counts or length, root, reduce op); the

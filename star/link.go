@@ -115,8 +115,8 @@ type link struct {
 	// coordinator attaches a worker's at any time after start-up).
 	ctl atomic.Pointer[control]
 	// ctlReads is set on the coordinator's links: the collective's
-	// goroutine reads the worker's fingerprints from ctl, and cancel
-	// interrupts that read too.
+	// goroutine waits for the worker's fingerprints from ctl, and cancel
+	// interrupts that wait too.
 	ctlReads bool
 	// prog is the coordinator's record of the worker's progress (see
 	// stall.go).
@@ -170,7 +170,7 @@ func (l *link) cancel(err error) {
 	l.cause.CompareAndSwap(nil, &cancelCause{err})
 	_ = l.conn.SetDeadline(past)
 	if ctl := l.ctl.Load(); ctl != nil && l.ctlReads {
-		_ = ctl.msgs.SetReadDeadline(past)
+		ctl.poke()
 	}
 }
 

@@ -1,0 +1,105 @@
+package star_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/testkit"
+	"github.com/starcomm/starcomm/transport/faulty"
+)
+
+// TestWorkerFailsAfterItsPart: rank 1 sends its part of a collective, then
+// fails it on its own while it waits for the result (its context ends, or
+// another goroutine closes it), 1 s in, while rank 2 computes for a
+// minute. Rank 0 has read rank 1's part already, so rank 1's Abort on its
+// data link would be read only with its next frame: the collective would
+// wait for rank 2 and succeed on ranks 0 and 2, and a rank 1 that exits
+// at once would be named only at the liveness timeout, as unresponsive.
+// Told on the control session, rank 0 fails at once naming rank 1, and
+// rank 2 fails naming it as soon as it calls. On the fake clock, with a
+// collective timeout of an hour and liveness 10 s, for a barrier, an
+// allreduce and a relayed allgatherv (4 MiB per rank).
+func TestWorkerFailsAfterItsPart(t *testing.T) {
+	const (
+		at   = time.Second
+		late = time.Minute
+		n    = 512 << 10 // float64s of the allgatherv: 4 MiB per rank
+	)
+	ops := map[string]func(ctx context.Context, c comm.Communicator) error{
+		"barrier": func(ctx context.Context, c comm.Communicator) error { return c.Barrier(ctx) },
+		"allreduce": func(ctx context.Context, c comm.Communicator) error {
+			return comm.Allreduce(ctx, c, []float64{1, 2}, make([]float64, 2), comm.Sum)
+		},
+		"allgatherv": func(ctx context.Context, c comm.Communicator) error {
+			return comm.Allgatherv(ctx, c, make([]float64, n), make([]float64, 3*n), []int{n, n, n}, []int{0, n, 2 * n})
+		},
+	}
+	for _, how := range []string{"context", "close", "context-exit", "close-exit"} {
+		for name, op := range ops {
+			t.Run(fmt.Sprintf("%s/%s", how, name), func(t *testing.T) {
+				testkit.SyncTest(t, func(t *testing.T) {
+					s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 1, Manual: true, WholeRank: true})
+					comms := inBubble(t, 3, func(c *star.Config) {
+						c.Timeout, c.Liveness, c.ShutdownTimeout = time.Hour, 10*time.Second, 5*time.Second
+						if c.Listener != nil {
+							c.Listener = s.WrapListener(c.Listener)
+						}
+						if c.Dialer != nil {
+							c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+						}
+					})
+					defer testkit.CloseAll(comms)
+					synctest.Wait() // the control sessions are up
+					exit := how == "context-exit" || how == "close-exit"
+					begin := time.Now()
+					took := make([]time.Duration, 3)
+					errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+						ctx := context.Background()
+						switch c.Rank() {
+						case 1:
+							if how == "context" || how == "context-exit" {
+								var cancel context.CancelFunc
+								ctx, cancel = context.WithTimeout(ctx, at)
+								defer cancel()
+							} else {
+								stop := time.AfterFunc(at, func() { _ = c.Close() })
+								defer stop.Stop()
+							}
+						case 2:
+							time.Sleep(late) // computing
+						}
+						err := op(ctx, c)
+						took[c.Rank()] = time.Since(begin)
+						if c.Rank() == 1 && exit {
+							s.Fire(0) // its process exits the instant it sees the error
+						}
+						return err
+					})
+					collectiveFailed(t, errs[1], 1)
+					assert.Equal(t, at, took[1].Round(time.Millisecond), "rank 1 fails on its own")
+					cf := collectiveFailed(t, errs[0], 1)
+					assert.Less(t, took[0], at+500*time.Millisecond, "rank 0 learns at once: %v", errs[0])
+					assert.NotContains(t, cf.Error(), "unresponsive")
+					if how == "context" || how == "context-exit" {
+						assert.ErrorIs(t, errs[0], context.DeadlineExceeded, "the cause travels")
+					} else {
+						assert.Contains(t, cf.Error(), "closed", "the cause travels")
+					}
+					collectiveFailed(t, errs[2], 1)
+					assert.Less(t, took[2], late+500*time.Millisecond, "rank 2 fails as it calls: %v", errs[2])
+					// The communicators are fail-stop, naming rank 1.
+					for _, r := range []int{0, 2} {
+						collectiveFailed(t, comms[r].Barrier(context.Background()), 1)
+					}
+				})
+			})
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -622,7 +621,7 @@ func (co *coordinator) readCall(l *link, ctl *control, seq uint64) ([]byte, erro
 			}
 			return nil, fmt.Errorf("control session: %w", ctl.msgsErr)
 		case <-t.C:
-			return nil, noProgress{fmt.Errorf("no fingerprint of collective #%d from rank %d within the %v timeout: %w", seq, l.peer, co.c.cfg.Timeout, os.ErrDeadlineExceeded)}
+			return nil, noProgress{fmt.Errorf("no fingerprint of collective #%d from rank %d within the %v timeout", seq, l.peer, co.c.cfg.Timeout)}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package star_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,5 +102,73 @@ func TestWorkerFailsAfterItsPart(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// TestFingerprintWaitTimesOut: with the desync check on at rank 0 only
+// (COBRE_DEBUG differs between the ranks), rank 0 waits the collective
+// timeout for a fingerprint that never comes, and fails naming the rank it
+// waited for, as a timeout; the workers learn it from rank 0. On the fake
+// clock, timeout 1 minute.
+func TestFingerprintWaitTimesOut(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := inBubble(t, 3, func(c *star.Config) {
+			c.Timeout, c.Liveness = time.Minute, 10*time.Second
+			c.CheckCollectives = c.Rank == 0
+		})
+		defer testkit.CloseAll(comms)
+		synctest.Wait() // the control sessions are up
+		begin := time.Now()
+		took := make([]time.Duration, 3)
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			err := c.Barrier(context.Background())
+			took[c.Rank()] = time.Since(begin)
+			return err
+		})
+		cf := collectiveFailed(t, errs[0], 1)
+		assert.Contains(t, cf.Error(), "no fingerprint of collective #1 from rank 1 within the 1m0s timeout")
+		assert.ErrorIs(t, errs[0], os.ErrDeadlineExceeded)
+		assert.Equal(t, time.Minute, took[0])
+		for _, r := range []int{1, 2} {
+			collectiveFailed(t, errs[r], 1)
+		}
+	})
+}
+
+// TestFingerprintWaitInterrupted: rank 0 waiting for a fingerprint that
+// does not come (as above) stops waiting at once when its context ends or
+// another goroutine closes it, 1 s in. On the fake clock, timeout 1 minute.
+func TestFingerprintWaitInterrupted(t *testing.T) {
+	for _, how := range []string{"context", "close"} {
+		t.Run(how, func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				comms := inBubble(t, 3, func(c *star.Config) {
+					c.Timeout, c.Liveness = time.Minute, 10*time.Second
+					c.CheckCollectives = c.Rank == 0
+				})
+				defer testkit.CloseAll(comms)
+				synctest.Wait() // the control sessions are up
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if how == "close" {
+					ctx = context.Background()
+					stop := time.AfterFunc(time.Second, func() { _ = comms[0].Close() })
+					defer stop.Stop()
+				}
+				begin := time.Now()
+				err := comms[0].Barrier(ctx)
+				// At once, then at most 200 ms for its Aborts to be taken (the
+				// idle workers read none: a pipe takes nothing unread).
+				took := time.Since(begin)
+				assert.GreaterOrEqual(t, took, time.Second)
+				assert.LessOrEqual(t, took, 1200*time.Millisecond, "rank 0 stops waiting at once: %v", err)
+				collectiveFailed(t, err, 0)
+				if how == "close" {
+					assert.ErrorIs(t, err, comm.ErrInvalidCommunicator)
+				} else {
+					assert.ErrorIs(t, err, context.DeadlineExceeded)
+				}
+			})
+		})
 	}
 }

@@ -80,7 +80,7 @@ func checkHandshake(rank, size uint32, mySize int, taken func(int) bool) string 
 // "running"): this worker reached the previous job on the same port, still
 // ending. It tries again, with backoff, within ConnectTimeout.
 func dial(ctx context.Context, cfg Config) (*link, error) {
-	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	dctx, cancel := context.WithTimeoutCause(ctx, cfg.ConnectTimeout, connectTimeoutError{})
 	defer cancel()
 	backoff := 10 * time.Millisecond
 	for running := 0; ; running++ {
@@ -101,6 +101,19 @@ func dial(ctx context.Context, cfg Config) (*link, error) {
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// connectTimeoutError is the cause of dial's context once ConnectTimeout
+// has elapsed. A dialer that gives up then says so ("connect timeout
+// elapsed") whichever of its own timer and this one fired first: the
+// same failure reads the same on every worker. It matches both
+// context.DeadlineExceeded and os.ErrDeadlineExceeded.
+type connectTimeoutError struct{}
+
+func (connectTimeoutError) Error() string { return "connect timeout elapsed" }
+func (connectTimeoutError) Timeout() bool { return true }
+func (connectTimeoutError) Is(target error) bool {
+	return target == contextDeadline || isTimeoutTarget(target)
 }
 
 // dialOnce is one attempt of dial.

@@ -344,8 +344,8 @@
 //     process may exit the moment it returns) first writes a farewell
 //     (the byte 1; heartbeats are 0) and waits until the system has sent
 //     it: at most 100 ms on Close, at most min(200 ms, ShutdownTimeout/2)
-//     in a failing collective (not at all when its failure is a
-//     timeout); an Abort from the coordinator counts as its farewell. A
+//     in a failing collective (not at all when its failure is a peer's
+//     timeout; a worker failing on its own first sends kind 4, below); an Abort from the coordinator counts as its farewell. A
 //     session that ends without one (EOF, or a reset)
 //     means that the peer's process ended (a reset can also come from the
 //     network): after exitGrace (100 ms, so that what the process said

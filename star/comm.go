@@ -379,7 +379,11 @@ func (c *Comm) unresponsive(peer int, silence time.Duration, lost error, stopped
 // the moment its last collective returns must not fail the others', some
 // of whom may still be reading their result, or not have called it yet.
 // The failure is then for the collectives after that one, on every rank.
-func (c *Comm) declare(rank int, cause error, msg string) {
+func (c *Comm) declare(rank int, cause error, msg string) { c.declareOp(rank, cause, msg, "") }
+
+// declareOp is declare for a failure that rank says it had in op ("":
+// what this rank ran last, and during it or after it, as declare says).
+func (c *Comm) declareOp(rank int, cause error, msg, op string) {
 	co, isCo := c.role.(*coordinator)
 	c.stateMu.Lock()
 	after, during := c.seq, false // the collectives after the latest
@@ -392,10 +396,12 @@ func (c *Comm) declare(rank int, cause error, msg string) {
 	}
 	c.log(slog.LevelError, msg, "rank", rank, "cause", cause)
 	if isCo {
-		op := c.currentOp()
 		verb := "after"
-		if during {
+		if during || op != "" {
 			verb = "during"
+		}
+		if op == "" {
+			op = c.currentOp()
 		}
 		reason := fmt.Sprintf("rank %d failed %s %s (seen by rank 0): %v", rank, verb, op, cause)
 		co.broadcastAbort(after, abortPayload(rank, op, cause, reason), rank, nil)
@@ -419,7 +425,7 @@ func (c *Comm) peerFailed(rank int, seq uint64, ab *AbortError) {
 	if late || seq == 0 {
 		return
 	}
-	c.declare(rank, ab, "peer failed its collective")
+	c.declareOp(rank, ab, "peer failed its collective", ab.Op)
 }
 
 // awaitsUnread reports whether this rank should not declare peer gone

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,12 +28,21 @@ type worker struct {
 	opening     sync.WaitGroup
 	stopOpening context.CancelFunc
 	opened      chan struct{}
+
+	// The fingerprints of collectives called while the opening was not
+	// over yet (see checkCall), oldest first, sent when it is; fpLive is
+	// set then, and later fingerprints go straight to the session (if
+	// any). Both under fpMu.
+	fpMu    sync.Mutex
+	fpQueue [][]byte
+	fpLive  bool
 }
 
 func newWorker(c *Comm, up *link) *worker {
 	w := &worker{c: c, up: up, ends: []*link{up}, stopOpening: func() {}, opened: make(chan struct{})}
 	if !c.cfg.control() {
 		close(w.opened)
+		w.fpLive = true
 	}
 	return w
 }
@@ -48,6 +58,7 @@ func (w *worker) openControl() {
 	w.stopOpening = cancel
 	w.opening.Go(func() {
 		defer close(w.opened)
+		defer w.flushCalls()
 		ctl, err := openControl(ctx, w.c)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -189,16 +200,42 @@ func (w *worker) shutdown() error {
 // session, before the collective's data. Without a control session there
 // is nothing to check against; a failed send leaves the coordinator
 // waiting for it, which fails naming this rank.
+//
+// The coordinator expects fingerprints once it has attached the session,
+// which may be before this end has it: while the opening is not over, the
+// fingerprint waits in fpQueue, and goes out, in order, when the session
+// is up (see flushCalls). The collective does not wait for that: its data
+// link may already hold the coordinator's Abort, and a session whose
+// coordinator has gone may take its whole HandshakeTimeout to fail.
 func (w *worker) checkCall(seq uint64, cl *call) error {
-	// The coordinator expects fingerprints once it has attached the
-	// session, which may be before this end has it: wait until the
-	// opening is over, so that none it expects goes unsent.
-	<-w.opened
-	ctl := w.up.ctl.Load()
-	if ctl == nil {
+	w.fp = cl.fingerprint(w.fp, seq)
+	w.fpMu.Lock()
+	if !w.fpLive {
+		if len(w.fpQueue) == maxCalls {
+			w.fpQueue = append(w.fpQueue[:0], w.fpQueue[1:]...)
+		}
+		w.fpQueue = append(w.fpQueue, slices.Clone(w.fp))
+		w.fpMu.Unlock()
 		return nil
 	}
-	w.fp = cl.fingerprint(w.fp, seq)
-	_ = ctl.send(msgCall, w.fp, time.Now().Add(w.c.cfg.Timeout))
+	w.fpMu.Unlock()
+	if ctl := w.up.ctl.Load(); ctl != nil {
+		_ = ctl.send(msgCall, w.fp, time.Now().Add(w.c.cfg.Timeout))
+	}
 	return nil
+}
+
+// flushCalls ends the opening of the control session for the desync
+// check: the fingerprints queued meanwhile go out on the session, if it is
+// up, and later ones go straight to it.
+func (w *worker) flushCalls() {
+	w.fpMu.Lock()
+	defer w.fpMu.Unlock()
+	if ctl := w.up.ctl.Load(); ctl != nil {
+		until := time.Now().Add(w.c.cfg.HandshakeTimeout)
+		for _, fp := range w.fpQueue {
+			_ = ctl.send(msgCall, fp, until)
+		}
+	}
+	w.fpQueue, w.fpLive = nil, true
 }

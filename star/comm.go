@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -617,6 +618,7 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 	payload := abortPayload(blame, op, err, reason)
 	var oob chan struct{}
 	noob := 0
+	var told *atomic.Bool
 	if co, ok := c.role.(*coordinator); ok {
 		co.closeGate()
 		// Out of band first: a worker in the middle of a long frame
@@ -644,9 +646,10 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 		if own {
 			body = append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(payload)), c.seq), payload...)
 		}
+		told = new(atomic.Bool)
 		if ctl.goUnlessStopped(func() {
 			if body != nil {
-				_ = ctl.send(msgFailed, body, by)
+				told.Store(ctl.send(msgFailed, body, by) == nil)
 			}
 			ctl.bidFarewell(by, ctl.stopped)
 			oob <- struct{}{}
@@ -654,7 +657,7 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 			noob = 1
 		}
 	}
-	c.endLinks(payload, peer, err, oob, noob)
+	c.endLinks(payload, peer, err, oob, noob, told)
 	c.report(op, blame, out)
 	return out
 }
@@ -744,10 +747,14 @@ const abortFlushMax = 200 * time.Millisecond
 // before (the coordinator's Aborts, a worker's farewell) have each put
 // their token in oob, or after abortFlushMax (or
 // half ShutdownTimeout, if shorter); the Abort to a peer that timed out
-// is not waited for. The links then end in the background: an Abort not
+// is not waited for. When told is set by the time an oob token comes (a
+// worker that told rank 0 its own failure on the control session, and
+// said farewell), that token ends the wait: rank 0 knows, and the data link's Abort, which may
+// be queued behind megabytes of this rank's part that rank 0 has not read,
+// adds nothing. The links then end in the background: an Abort not
 // taken yet keeps trying, and each link waits for its peer to close, up
 // to ShutdownTimeout in all, then closes (Close cuts that short).
-func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct{}, noob int) {
+func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct{}, noob int, told *atomic.Bool) {
 	lingerUntil := time.Now().Add(c.cfg.ShutdownTimeout)
 	flushBy := time.Now().Add(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
 	links := c.role.links()
@@ -789,6 +796,9 @@ func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct
 			n--
 		case <-oob:
 			noob--
+			if told != nil && told.Load() {
+				return
+			}
 		case <-flush.C:
 			return
 		}

@@ -391,8 +391,10 @@ func (ctl *control) exited(lost error) {
 	ctl.c.declare(ctl.peer, &ExitedError{Rank: ctl.peer, Err: lost}, "peer exited")
 }
 
-// readMessages reads the coordinator's messages on a worker.
-func (ctl *control) readMessages() {
+// readLoop reads the peer's messages, each a sign of life, and hands
+// them to handle until the session ends; msgsDone then closes, msgsErr
+// saying why.
+func (ctl *control) readLoop(handle func(kind byte, body []byte)) {
 	defer close(ctl.msgsDone)
 	for {
 		kind, body, err := ctl.readMsg(time.Time{})
@@ -401,13 +403,20 @@ func (ctl *control) readMessages() {
 			return
 		}
 		ctl.heard.Store(time.Now().UnixNano())
+		handle(kind, body)
+	}
+}
+
+// readMessages reads the coordinator's messages on a worker.
+func (ctl *control) readMessages() {
+	ctl.readLoop(func(kind byte, body []byte) {
 		switch {
 		case kind == msgAbortAfter && len(body) >= 8:
 			ctl.c.interruptAfter(binary.BigEndian.Uint64(body), parseAbort(0, body[8:]))
 		case kind == msgAbort:
 			ctl.c.interrupt(parseAbort(0, body))
 		default:
-			continue
+			return
 		}
 		// The coordinator told this worker why it ends: as good as a
 		// farewell (see exited).
@@ -416,7 +425,7 @@ func (ctl *control) readMessages() {
 		case ctl.aborted <- struct{}{}:
 		default:
 		}
-	}
+	})
 }
 
 // readWorkerMessages reads a worker's messages on the coordinator: its
@@ -424,17 +433,8 @@ func (ctl *control) readMessages() {
 // the news that it failed a collective (see Comm.peerFailed). Kinds it
 // does not know are skipped.
 func (ctl *control) readWorkerMessages() {
-	defer func() {
-		close(ctl.msgsDone)
-		ctl.poke()
-	}()
-	for {
-		kind, body, err := ctl.readMsg(time.Time{})
-		if err != nil {
-			ctl.msgsErr = err
-			return
-		}
-		ctl.heard.Store(time.Now().UnixNano())
+	defer ctl.poke() // a waiter sees msgsDone
+	ctl.readLoop(func(kind byte, body []byte) {
 		switch {
 		case kind == msgCall && len(body) >= 8:
 			ctl.callsMu.Lock()
@@ -447,7 +447,7 @@ func (ctl *control) readWorkerMessages() {
 		case kind == msgFailed && len(body) >= 8:
 			ctl.c.peerFailed(ctl.peer, binary.BigEndian.Uint64(body), parseAbort(ctl.peer, body[8:]))
 		}
-	}
+	})
 }
 
 // poke wakes the collective's goroutine waiting for a fingerprint (see

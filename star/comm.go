@@ -749,9 +749,9 @@ const abortFlushMax = 200 * time.Millisecond
 // half ShutdownTimeout, if shorter); the Abort to a peer that timed out
 // is not waited for. When told is set by the time an oob token comes (a
 // worker that told rank 0 its own failure on the control session, and
-// said farewell), that token ends the wait: rank 0 knows, and the data link's Abort, which may
-// be queued behind megabytes of this rank's part that rank 0 has not read,
-// adds nothing. The links then end in the background: an Abort not
+// said farewell), that token ends the wait: rank 0 knows, and the data
+// link's Abort, which may be queued behind megabytes of this rank's part
+// that rank 0 has not read, adds nothing. The links then end in the background: an Abort not
 // taken yet keeps trying, and each link waits for its peer to close, up
 // to ShutdownTimeout in all, then closes (Close cuts that short).
 func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct{}, noob int, told *atomic.Bool) {

@@ -60,7 +60,8 @@ const (
 )
 
 // maxCalls bounds the fingerprints a coordinator keeps unread per worker
-// (see control.calls): the collective's goroutine takes one per
+// (see control.calls), and those a worker keeps while its session opens
+// (see worker.checkCall): the coordinator's collective takes one per
 // collective, and a worker runs at most one collective ahead of it, so
 // only fingerprints of collectives already over are ever dropped.
 const maxCalls = 64
@@ -438,16 +439,22 @@ func (ctl *control) readWorkerMessages() {
 		switch {
 		case kind == msgCall && len(body) >= 8:
 			ctl.callsMu.Lock()
-			if len(ctl.calls) == maxCalls {
-				ctl.calls = append(ctl.calls[:0], ctl.calls[1:]...)
-			}
-			ctl.calls = append(ctl.calls, body)
+			ctl.calls = pushCall(ctl.calls, body)
 			ctl.callsMu.Unlock()
 			ctl.poke()
 		case kind == msgFailed && len(body) >= 8:
 			ctl.c.peerFailed(ctl.peer, binary.BigEndian.Uint64(body), parseAbort(ctl.peer, body[8:]))
 		}
 	})
+}
+
+// pushCall appends fingerprint fp to the queue q of at most maxCalls,
+// dropping the oldest when it is full.
+func pushCall(q [][]byte, fp []byte) [][]byte {
+	if len(q) == maxCalls {
+		q = append(q[:0], q[1:]...)
+	}
+	return append(q, fp)
 }
 
 // poke wakes the collective's goroutine waiting for a fingerprint (see

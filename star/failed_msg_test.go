@@ -106,6 +106,18 @@ func TestWorkerFailsAfterItsPart(t *testing.T) {
 	}
 }
 
+// checkAtRank0 starts 3 ranks in the current bubble, the desync check on
+// at rank 0 only, timeout 1 minute, and waits for their control sessions.
+func checkAtRank0(t *testing.T) []comm.Communicator {
+	t.Helper()
+	comms := inBubble(t, 3, func(c *star.Config) {
+		c.Timeout, c.Liveness = time.Minute, 10*time.Second
+		c.CheckCollectives = c.Rank == 0
+	})
+	synctest.Wait() // the control sessions are up
+	return comms
+}
+
 // TestFingerprintWaitTimesOut: with the desync check on at rank 0 only
 // (COBRE_DEBUG differs between the ranks), rank 0 waits the collective
 // timeout for a fingerprint that never comes, and fails naming the rank it
@@ -113,12 +125,8 @@ func TestWorkerFailsAfterItsPart(t *testing.T) {
 // clock, timeout 1 minute.
 func TestFingerprintWaitTimesOut(t *testing.T) {
 	testkit.SyncTest(t, func(t *testing.T) {
-		comms := inBubble(t, 3, func(c *star.Config) {
-			c.Timeout, c.Liveness = time.Minute, 10*time.Second
-			c.CheckCollectives = c.Rank == 0
-		})
+		comms := checkAtRank0(t)
 		defer testkit.CloseAll(comms)
-		synctest.Wait() // the control sessions are up
 		begin := time.Now()
 		took := make([]time.Duration, 3)
 		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
@@ -144,12 +152,8 @@ func TestFingerprintWaitInterrupted(t *testing.T) {
 	for _, how := range []string{"context", "close"} {
 		t.Run(how, func(t *testing.T) {
 			testkit.SyncTest(t, func(t *testing.T) {
-				comms := inBubble(t, 3, func(c *star.Config) {
-					c.Timeout, c.Liveness = time.Minute, 10*time.Second
-					c.CheckCollectives = c.Rank == 0
-				})
+				comms := checkAtRank0(t)
 				defer testkit.CloseAll(comms)
-				synctest.Wait() // the control sessions are up
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				defer cancel()
 				if how == "close" {

@@ -24,10 +24,9 @@ type worker struct {
 	fp   []byte // the desync check's fingerprint, reused
 
 	// opening is the control session being opened in the background;
-	// stopOpening cancels it; opened is closed when it is over.
+	// stopOpening cancels it.
 	opening     sync.WaitGroup
 	stopOpening context.CancelFunc
-	opened      chan struct{}
 
 	// The fingerprints of collectives called while the opening was not
 	// over yet (see checkCall), oldest first, sent when it is; fpLive is
@@ -39,11 +38,8 @@ type worker struct {
 }
 
 func newWorker(c *Comm, up *link) *worker {
-	w := &worker{c: c, up: up, ends: []*link{up}, stopOpening: func() {}, opened: make(chan struct{})}
-	if !c.cfg.control() {
-		close(w.opened)
-		w.fpLive = true
-	}
+	w := &worker{c: c, up: up, ends: []*link{up}, stopOpening: func() {}}
+	w.fpLive = !c.cfg.control() // no session to wait for
 	return w
 }
 
@@ -52,12 +48,12 @@ func (w *worker) links() []*link { return w.ends }
 // openControl opens the control session in the background, so that
 // start-up never waits for it (a coordinator that only knows the spec may
 // accept the connection and never answer); liveness starts once it is up.
-// opened closes when the attempt is over, up or not.
+// When the attempt is over, up or not, flushCalls ends the queueing of
+// fingerprints.
 func (w *worker) openControl() {
 	ctx, cancel := context.WithCancel(context.Background())
 	w.stopOpening = cancel
 	w.opening.Go(func() {
-		defer close(w.opened)
 		defer w.flushCalls()
 		ctl, err := openControl(ctx, w.c)
 		if err != nil {
@@ -211,10 +207,7 @@ func (w *worker) checkCall(seq uint64, cl *call) error {
 	w.fp = cl.fingerprint(w.fp, seq)
 	w.fpMu.Lock()
 	if !w.fpLive {
-		if len(w.fpQueue) == maxCalls {
-			w.fpQueue = append(w.fpQueue[:0], w.fpQueue[1:]...)
-		}
-		w.fpQueue = append(w.fpQueue, slices.Clone(w.fp))
+		w.fpQueue = pushCall(w.fpQueue, slices.Clone(w.fp))
 		w.fpMu.Unlock()
 		return nil
 	}

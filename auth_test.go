@@ -89,6 +89,26 @@ func TestConfigToken(t *testing.T) {
 		assert.Empty(t, cfg.Token, "read when the communicator starts")
 		require.NoError(t, cfg.Validate())
 	})
+	// A file saved by an editor that puts a UTF-8 byte-order mark first
+	// holds the same token as one without: the ranks that take theirs from
+	// COBRE_TCP_TOKEN must agree with it. A mark anywhere else is kept.
+	t.Run("file/byte-order-mark", func(t *testing.T) {
+		for _, content := range []string{"\uFEFF" + testToken + "\r\n", " \uFEFF " + testToken, "\uFEFF\n" + testToken + "\n"} {
+			path := writeFile(t, "bom", content)
+			cfg, err := starcomm.ConfigFromLookup(lookup(with(map[string]string{"COBRE_TCP_TOKEN_FILE": path})))
+			require.NoError(t, err)
+			tok, err := starcomm.TokenOf(cfg)
+			require.NoError(t, err)
+			assert.Equal(t, star.Token(testToken), tok, "%q", content)
+		}
+		inner := writeFile(t, "inner", testToken+"\uFEFF")
+		tok, err := starcomm.TokenOf(starcomm.Config{TokenFile: inner})
+		require.NoError(t, err)
+		assert.Equal(t, star.Token(testToken+"\uFEFF"), tok)
+		only := writeFile(t, "only", "\uFEFF\n")
+		_, err = starcomm.TokenOf(starcomm.Config{TokenFile: only})
+		require.ErrorContains(t, err, "the token file is empty")
+	})
 	for _, tc := range []struct {
 		name   string
 		env    map[string]string

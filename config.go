@@ -162,8 +162,8 @@ type Config struct {
 	// with it. The token never crosses the wire, and prints as
 	// [redacted]. Empty: no authentication. See star.Config.Token.
 	Token star.Token
-	// TokenFile is a file whose content, surrounding white space removed,
-	// is the token (COBRE_TCP_TOKEN_FILE), read when the communicator
+	// TokenFile is a file whose content, surrounding white space and a
+	// leading UTF-8 byte-order mark removed, is the token (COBRE_TCP_TOKEN_FILE), read when the communicator
 	// starts (and by ConfigFromEnv, which reports a file that cannot be
 	// read or is empty). Token and TokenFile are not set together.
 	TokenFile string

@@ -63,7 +63,7 @@ var variables = []variable{
 	{name: EnvToken, field: "Token", reads: tcpOnly, codec: tokenText, setBlank: blankToken,
 		meaning: "starcomm's addition: the job's shared secret, the same on every rank (surrounding white space ignored; set but blank is an error, not a way to turn authentication off; use a long random one, such as `openssl rand -hex 32`). Rank 0 then registers a worker, and accepts its control session, only once it has answered a challenge (a fresh random nonce) with an HMAC-SHA256 keyed with the token; the token never crosses the wire and never appears in a message or log. Every rank must then be starcomm and have the token. It authenticates ranks; it does not encrypt. See \"Authentication\""},
 	{name: EnvTokenFile, field: "TokenFile", reads: tcpOnly, codec: tokenFile, setBlank: blankTokenFile,
-		meaning: "starcomm's addition: a file whose content (surrounding white space ignored) is the token, so that the secret need not sit in the environment (a mounted secret: a link to a regular file is followed); a file that cannot be read, is not a regular file (a named pipe, a device, a directory), is empty or is over 64 KiB is an error, as is the variable set but blank. Not together with `COBRE_TCP_TOKEN`. Only the `tcp` backend reads either"},
+		meaning: "starcomm's addition: a file whose content (surrounding white space and a leading UTF-8 byte-order mark ignored) is the token, so that the secret need not sit in the environment (a mounted secret: a link to a regular file is followed); a file that cannot be read, is not a regular file (a named pipe, a device, a directory), is empty or is over 64 KiB is an error, as is the variable set but blank. Not together with `COBRE_TCP_TOKEN`. Only the `tcp` backend reads either"},
 	{name: EnvErrorFile, field: "ErrorFile", codec: text(func(c *Config) *string { return &c.ErrorFile }),
 		meaning: "file where this rank records its first failure (one JSON record) for its launcher, which then names the root cause; unset: no file. The launchers set one per rank"},
 }
@@ -242,8 +242,8 @@ func notRegular(m fs.FileMode) string {
 }
 
 // readTokenFile returns the token in the file at path, surrounding white
-// space removed, or why it has none. The token is never part of the
-// reason.
+// space and a leading UTF-8 byte-order mark removed, or why it has none.
+// The token is never part of the reason.
 func readTokenFile(path string) (star.Token, string) {
 	f, err := openTokenFile(path)
 	if err != nil {
@@ -279,7 +279,10 @@ func readTokenFile(path string) (star.Token, string) {
 	case len(b) > maxTokenFile:
 		return nil, fmt.Sprintf("the token file is larger than %d KiB: not a token file", maxTokenFile>>10)
 	}
-	tok := bytes.TrimSpace(b)
+	// A byte-order mark is what some Windows editors put first in a text
+	// file: not part of the token, which the other ranks may take from
+	// COBRE_TCP_TOKEN or from a file written without one.
+	tok := bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(b), []byte("\uFEFF")))
 	if len(tok) == 0 {
 		return nil, "the token file is empty: it must hold the job's token"
 	}

@@ -62,6 +62,12 @@
 // starrun listens on port 0 of the bind address (127.0.0.1 by default),
 // reads the port the kernel chose and closes the socket before starting the
 // ranks; another program could in principle take the port in between.
+// A port given with --port is checked the same way: if something listens
+// on it at the bind address (another job's rank 0 still waiting for its
+// workers: it closes its listener once they have joined), starrun exits
+// 1 before starting any rank, naming the port, instead of letting this
+// job's workers join that job. Two jobs started at the same instant with
+// the same --port can still pass the check together.
 // Ranks read their standard input from /dev/null.
 //
 // DIR is a directory private to the job (mode 0700, in the system's

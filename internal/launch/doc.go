@@ -36,7 +36,9 @@
 // These replace any inherited value of the same variable; every other
 // variable passes through. A free port is found by listening on port 0 of
 // the bind address (127.0.0.1 by default) and closing the socket before the
-// ranks start; another program could in principle take it in between. DIR
+// ranks start; another program could in principle take it in between. A
+// port set in Config.Port is checked free the same way before any rank
+// starts (a launch error naming it otherwise). DIR
 // is a directory private to the job (mode 0700, under os.TempDir), created
 // before the ranks start and removed with everything in it when the job
 // ends. Ranks read their standard input from /dev/null.

@@ -247,14 +247,19 @@ func Run(cfg Config) Result {
 		j.printf("unknown backend %q (want %s or %s)", cfg.Backend, BackendTCP, BackendShm)
 		return Result{Code: ExitLaunchError, SetupFailed: true}
 	}
-	if port == 0 && cfg.Backend != BackendShm {
+	if cfg.Backend != BackendShm {
 		host := strings.TrimSuffix(strings.TrimPrefix(cfg.Bind, "["), "]")
-		p, err := freePort(host)
-		if err != nil {
-			j.printf("cannot pick a free port on %s: %v", host, err)
+		if port == 0 {
+			p, err := freePort(host)
+			if err != nil {
+				j.printf("cannot pick a free port on %s: %v", host, err)
+				return Result{Code: ExitLaunchError, SetupFailed: true}
+			}
+			port = p
+		} else if err := portFree(host, port); err != nil {
+			j.printf("%v", err)
 			return Result{Code: ExitLaunchError, SetupFailed: true}
 		}
-		port = p
 	}
 	startCode := 0
 	for r := 0; r < cfg.Ranks; r++ {
@@ -304,6 +309,23 @@ func freePort(host string) (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portFree reports why rank 0 could not listen on the given port of
+// host, or nil: it listens there and closes the socket. A port another
+// job's rank 0 holds would otherwise let this job's workers join that job
+// (both coordinators on one address, one of them refused), each job then
+// failing with a message about the other's ranks.
+func portFree(host string, port int) error {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("port %d on %s is in use (another job's rank 0, or another program, listens on it): choose another --port, or leave it out for a free one", port, host)
+		}
+		return fmt.Errorf("rank 0 could not listen on %s: %v", addr, err)
+	}
+	return ln.Close()
 }
 
 // exitCodeForStart is the exit code when a rank cannot be started: 127

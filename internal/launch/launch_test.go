@@ -2,7 +2,9 @@ package launch
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -318,6 +320,41 @@ func TestRunSetupFailures(t *testing.T) {
 	res, _, stderr = runJob(t, Config{Command: []string{"true"}})
 	if res.Code != ExitLaunchError || !strings.Contains(stderr, "test: no ranks to start") {
 		t.Errorf("no ranks: result %+v, stderr %q", res, stderr)
+	}
+}
+
+// TestRunPortInUse: an explicit port that something on the bind address
+// already listens on (another job's rank 0) stops the job before any rank
+// starts, naming the port; a port free again (its listener closed) is
+// used.
+func TestRunPortInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	marker := filepath.Join(t.TempDir(), "started")
+	cfg := Config{Command: []string{"sh", "-c", "touch " + marker}, Ranks: 2, Port: port}
+	for _, bind := range []string{"", "127.0.0.1", "0.0.0.0"} {
+		cfg.Bind = bind
+		res, _, stderr := runJob(t, cfg)
+		want := fmt.Sprintf("test: port %d on %s is in use (another job's rank 0, or another program, listens on it): choose another --port, or leave it out for a free one", port, cmp.Or(bind, "127.0.0.1"))
+		if res.Code != ExitLaunchError || !res.SetupFailed || !strings.Contains(stderr, want) {
+			t.Errorf("bind %q: result %+v, stderr %q; want code %d and %q", bind, res, stderr, ExitLaunchError, want)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("bind %q: a rank started on a port in use", bind)
+		}
+	}
+	ln.Close()
+	cfg.Bind = ""
+	res, _, stderr := runJob(t, cfg)
+	if res.Code != 0 {
+		t.Fatalf("port free again: result %+v, stderr %q", res, stderr)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("port free again: the ranks did not run: %v", err)
 	}
 }
 

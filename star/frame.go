@@ -158,10 +158,13 @@ func (e noProgress) Is(target error) bool { return isTimeoutTarget(target) }
 // isTimeoutTarget reports whether target is a deadline error such as
 // os.ErrDeadlineExceeded (an error whose Timeout method reports true),
 // without star importing os. A context's deadline is not one: it is the
-// caller's, not the peer's.
+// caller's, not the peer's. Nor is a system error number (ETIMEDOUT's
+// Timeout is true too): an error matches syscall.ETIMEDOUT only when the
+// system said so, which it then wraps.
 func isTimeoutTarget(target error) bool {
 	var t interface{ Timeout() bool }
-	return target != nil && !errors.Is(target, contextDeadline) && errors.As(target, &t) && t.Timeout()
+	var errno syscall.Errno
+	return target != nil && !errors.Is(target, contextDeadline) && !errors.As(target, &errno) && errors.As(target, &t) && t.Timeout()
 }
 
 // edgeErr translates a driver's I/O error at the edge, so that the rest of

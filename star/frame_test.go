@@ -179,6 +179,28 @@ func TestSystemTimeoutIsDeadline(t *testing.T) {
 	require.NotErrorIs(t, edgeErr(io.EOF, false), os.ErrDeadlineExceeded)
 }
 
+// TestOnlyTheSystemSaysETIMEDOUT: the timeouts starcomm finds itself (a
+// deadline of its own, a silent control session, another rank's timeout
+// relayed in an Abort) match os.ErrDeadlineExceeded but not
+// syscall.ETIMEDOUT, whose Timeout method is true too: that one means the
+// system gave up on the connection, and only an error it gave matches it.
+func TestOnlyTheSystemSaysETIMEDOUT(t *testing.T) {
+	ours := map[string]error{
+		"deadline":             edgeErr(os.ErrDeadlineExceeded, false),
+		"unresponsive":         &UnresponsiveError{Rank: 2, Silence: time.Second},
+		"relayed":              parseAbort(0, abortPayload(2, "barrier", os.ErrDeadlineExceeded, "rank 2 timed out")),
+		"relayed/unresponsive": parseAbort(0, abortPayload(2, "barrier", &UnresponsiveError{Rank: 2}, "rank 2 unresponsive")),
+	}
+	for name, err := range ours {
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded, name)
+		require.NotErrorIs(t, err, syscall.ETIMEDOUT, name)
+		require.NotErrorIs(t, err, syscall.EAGAIN, name)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, name)
+	}
+	sys := edgeErr(&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ETIMEDOUT)}, false)
+	require.ErrorIs(t, sys, syscall.ETIMEDOUT)
+}
+
 // TestWriteChunks checks that a payload larger than one chunk arrives
 // whole and in order.
 func TestWriteChunks(t *testing.T) {

@@ -1020,23 +1020,22 @@ func TestNewRecordsStartupFailure(t *testing.T) {
 }
 
 // TestStarrunNamesRankFailingStartup: a real 2-rank job under starrun
-// whose rank 0 cannot listen (the test holds its port): rank 0's FromEnv
-// records the failure in its COBRE_ERROR_FILE, so starrun names rank 0
-// and quotes its error, rather than "no rank left an error record".
+// whose rank 0 cannot listen (its --bind address, from a range reserved
+// for documentation, is on no interface of this host; starrun checks only
+// that no one listens on the port): rank 0's FromEnv records the failure
+// in its COBRE_ERROR_FILE, so starrun names rank 0 and quotes its error,
+// rather than "no rank left an error record".
 func TestStarrunNamesRankFailingStartup(t *testing.T) {
 	skipUnlessChaos(t)
 	bin := starrunPath(t)
 	self, err := os.Executable()
 	require.NoError(t, err)
-	held, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer held.Close()
-	port := strconv.Itoa(held.Addr().(*net.TCPAddr).Port)
+	const port = "29599"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// --settle 0: rank 1, waiting for rank 0 at the held port, is stopped
-	// at once.
-	cmd := exec.CommandContext(ctx, bin, "-n", "2", "--port", port, "--bind", "127.0.0.1", "--settle", "0", "--", self)
+	// --settle 0: rank 1, dialling the address no one listens on, is
+	// stopped at once.
+	cmd := exec.CommandContext(ctx, bin, "-n", "2", "--port", port, "--bind", "192.0.2.1", "--settle", "0", "--", self)
 	cmd.Env = append(launcherFreeEnv(), envLauncherChild+"=1", "GORACE=atexit_sleep_ms=0")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -1046,7 +1045,7 @@ func TestStarrunNamesRankFailingStartup(t *testing.T) {
 	assert.Equal(t, 1, ee.ExitCode(), "starrun's exit code: rank 0's\n%s", stderr.String())
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	last := lines[len(lines)-1]
-	want := regexp.MustCompile(`^starrun: rank 0 \(pid \d+\) exited with code 1: root cause \(its error: "comm: .*127\.0\.0\.1:` + port + `.*"\)$`)
+	want := regexp.MustCompile(`^starrun: rank 0 \(pid \d+\) exited with code 1: root cause \(its error: "comm: .*192\.0\.2\.1:` + port + `.*"\)$`)
 	assert.Regexp(t, want, last, "the last line\n%s", stderr.String())
 }
 

@@ -311,19 +311,20 @@ func freePort(host string) (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// portFree reports why rank 0 could not listen on the given port of
-// host, or nil: it listens there and closes the socket. A port another
+// portFree returns an error when something already listens on the given
+// port of host: it listens there and closes the socket. A port another
 // job's rank 0 holds would otherwise let this job's workers join that job
 // (both coordinators on one address, one of them refused), each job then
-// failing with a message about the other's ranks.
+// failing with a message about the other's ranks. Other failures to
+// listen (an address not on this host, a port the user may not bind) are
+// left to rank 0 to report, as it would without the check.
 func portFree(host string, port int) error {
-	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return fmt.Errorf("port %d on %s is in use (another job's rank 0, or another program, listens on it): choose another --port, or leave it out for a free one", port, host)
 		}
-		return fmt.Errorf("rank 0 could not listen on %s: %v", addr, err)
+		return nil
 	}
 	return ln.Close()
 }

@@ -46,7 +46,7 @@ const (
 )
 
 // timingModes are the chaos-child modes this file adds.
-var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true, "giveup": true}
+var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true, "giveup": true, "closefrozen": true}
 
 // envInt reads an integer from the environment (def when unset).
 func envInt(name string, def int) int {
@@ -76,9 +76,16 @@ func envInt(name string, def int) int {
 //     context's deadline passes, or another goroutine calls Close), and
 //     COMPUTE_RANK computes COMPUTE_MS before it. Every rank exits at once
 //     on its error.
+//   - closefrozen: a barrier, its control sessions up, then "READY";
+//     then rank 0 waits (the test stops it with a signal), and every
+//     worker calls Close at once and reports its error (RESULT op=close)
+//     or "DONE".
 //
 // A failure prints a RESULT line (see chaosReport) first.
 func timingChild(mode string) int {
+	if mode == "closefrozen" {
+		return closeFrozenChild()
+	}
 	rank := envInt("COBRE_TCP_RANK", -1)
 	if rank == envInt(envLateRank, -1) {
 		time.Sleep(time.Duration(envInt(envLateMS, 0)) * time.Millisecond)
@@ -203,6 +210,24 @@ func timingChild(mode string) int {
 			}
 		}
 	}
+}
+
+// closeFrozenChild runs one rank of the closefrozen mode.
+func closeFrozenChild() int {
+	c, code := startPastBarrier(context.Background())
+	if c == nil {
+		return code
+	}
+	fmt.Println("READY")
+	if c.Rank() == 0 {
+		time.Sleep(time.Hour) // stopped, then killed, by the test
+	}
+	begin := time.Now()
+	if err := c.Close(); err != nil {
+		return chaosReport("close", err, time.Since(begin))
+	}
+	fmt.Println("DONE")
+	return 0
 }
 
 // timingEnv is the environment of every rank of a timing test: the
@@ -332,6 +357,37 @@ func TestRealGiveUpAfterPart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRealCloseCoordinatorStopped: rank 0's process is stopped (SIGSTOP)
+// while the job is idle, and the workers call Close, which waits for rank
+// 0's Shutdown. With the control session's liveness timeout at 2 s and the
+// collective timeout at its default minute, each worker's Close fails
+// within the liveness timeout (plus a heartbeat's slack) of the stop,
+// naming rank 0 as unresponsive; it used to wait the whole minute ("no
+// Shutdown from rank 0 within the 1m0s timeout").
+func TestRealCloseCoordinatorStopped(t *testing.T) {
+	skipUnlessChaos(t)
+	if runtime.GOOS != "linux" || strings.HasPrefix(runtime.GOARCH, "mips") {
+		t.Skipf("SIGSTOP is signal %d only on Linux (not MIPS); this is %s/%s", int(sigStop), runtime.GOOS, runtime.GOARCH)
+	}
+	const liveness = 2 * time.Second
+	ctx := chaosWatchdog(t)
+	procs := startChaos(t, ctx, repeat("closefrozen", 3), "COBRE_TCP_LIVENESS_SECS=2", "COBRE_TCP_TIMEOUT_SECS=60")
+	procs[0].await(t, ctx, "READY")
+	stopped := procs[0].signal(t, sigStop)
+	for _, p := range procs[1:] {
+		res := parseResult(t, p.await(t, ctx, "RESULT "))
+		detect := res.at.Sub(stopped)
+		t.Logf("rank=%d detect_ms=%.1f call_ms=%s named=%s msg=%q", p.rank, ms(detect), res.fields["call_ms"], res.fields["rank"], res.msg)
+		assert.Equal(t, "close", res.fields["op"])
+		assertFailedNaming(t, p, res, 0)
+		assert.Equal(t, "true", res.fields["deadline"], "rank %d: %s", p.rank, res.msg)
+		assert.Contains(t, res.msg, "rank 0 unresponsive", "rank %d", p.rank)
+		assert.LessOrEqual(t, detect, liveness+1500*time.Millisecond, "rank %d waited past the liveness timeout", p.rank)
+		assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit\n%s", p.rank, p.dump())
+	}
+	procs[0].signal(t, os.Kill)
 }
 
 // starrunOnce builds cmd/starrun once for the tests.

@@ -57,6 +57,10 @@ type Comm struct {
 	bcastRoot int
 	// reported is set once OnFailure has been called.
 	reported bool
+	// shutting is set while a healthy worker's Close waits for rank 0's
+	// Shutdown: a failure declared meanwhile (rank 0 unresponsive, its
+	// process gone, its Abort on the control session) ends that wait.
+	shutting bool
 	// closeDone is closed when Close has finished.
 	closeDone chan struct{}
 
@@ -219,12 +223,21 @@ func (c *Comm) Size() int { return c.size }
 //     returns a *comm.CollectiveFailedError (Operation "close") naming a
 //     worker that could not be sent the Shutdown, or that was still in a
 //     collective the coordinator never called.
+//   - After a failure found between collectives that no collective has
+//     reported (the control session found a peer unresponsive or gone, or
+//     rank 0 said so on it), Close does not try the graceful shutdown: it
+//     tells the peers as a failing collective does (rank 0 sends each
+//     worker an Abort instead of Shutdown) and returns that failure, a
+//     *comm.CollectiveFailedError (Operation "close") naming the rank at
+//     fault.
 //   - On a healthy, idle worker, Close waits for the coordinator's
 //     Shutdown, at most Timeout (the coordinator calls Close when it is
-//     done, like MPI_Finalize). It returns nil on Shutdown, and a
-//     *comm.CollectiveFailedError (Operation "close", Rank 0) when rank 0
-//     closed the connection without it (it crashed or exited), sent
-//     something else, or sent nothing in time.
+//     done, like MPI_Finalize), or until the control session finds rank 0
+//     unresponsive or gone, or rank 0's Abort comes on it. It returns nil
+//     on Shutdown, and a *comm.CollectiveFailedError (Operation "close",
+//     Rank 0, or the rank an Abort names) when rank 0 closed the
+//     connection without it (it crashed or exited), sent something else,
+//     sent nothing in time, or was found so.
 func (c *Comm) Close() error {
 	c.stateMu.Lock()
 	if c.closed {
@@ -247,11 +260,28 @@ func (c *Comm) Close() error {
 		close(c.closeDone)
 	}()
 	c.stateMu.Lock()
-	failed := c.failed
+	failed, pending := c.failed, c.pending
+	c.shutting = failed == nil && pending == nil && c.rank != 0
 	c.unwatchLocked() // the context may outlive the communicator
 	c.stateMu.Unlock()
 	var err error
-	if failed == nil && c.size > 1 {
+	switch {
+	case failed != nil || c.size == 1:
+	case pending != nil:
+		// A failure found between collectives (a peer unresponsive or
+		// gone, an Abort from rank 0) that no collective has reported:
+		// no graceful shutdown, which could only fail on the ranks that
+		// have gone or were told to; the peers are told as after a
+		// failed collective (a worker without a control session learns
+		// it only so), and Close reports it.
+		// A rank found unresponsive is the peer that timed out: its
+		// Abort is not waited for.
+		var ur *UnresponsiveError
+		if errors.As(pending, &ur) {
+			pending = &linkError{peer: ur.Rank, err: pending}
+		}
+		err = c.failSparing(context.Background(), OpClose, pending, c.seq)
+	default:
 		if err = c.role.shutdown(); err != nil {
 			c.report(OpClose, blameOf(err, -1), err)
 		}
@@ -321,8 +351,21 @@ func (c *Comm) interrupt(cause error) bool { return c.interruptAfter(0, cause) }
 func (c *Comm) interruptAfter(after uint64, cause error) bool {
 	c.stateMu.Lock()
 	defer c.stateMu.Unlock()
-	if c.failed != nil || c.closed {
+	if c.failed != nil {
 		return false
+	}
+	if c.closed {
+		if !c.shutting {
+			return false
+		}
+		// A worker's Close waiting for rank 0's Shutdown: it will not
+		// come (see worker.shutdown).
+		c.shutting = false
+		c.pending, c.pendingAfter = cause, after
+		for _, l := range c.role.links() {
+			l.cancel(cause)
+		}
+		return true
 	}
 	hits := c.running && c.seq > after
 	if c.pending != nil && (after >= c.pendingAfter || hits && c.cancelled) {

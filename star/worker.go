@@ -159,7 +159,10 @@ func (w *worker) barrier() error {
 // a collective this rank did not call then fails at once, naming it),
 // waits for the coordinator's Shutdown, at most the link's timeout, and
 // closes. Anything else from rank 0 is an error naming it, or, for an
-// Abort, naming the rank the Abort blames.
+// Abort, naming the rank the Abort blames. The control session ends the
+// wait sooner: a rank 0 silent for the liveness timeout, or whose process
+// ended, or whose Abort comes on the session (Comm.interruptAfter cancels
+// the link with that failure).
 func (w *worker) shutdown() error {
 	l := w.up
 	if l.cw != nil {
@@ -174,7 +177,15 @@ func (w *worker) shutdown() error {
 	blame := 0
 	var ab *AbortError
 	var te *tagError
+	var ur *UnresponsiveError
+	var ex *ExitedError
 	switch {
+	case errors.As(err, &ur):
+		// The control session's verdict, whatever the collective
+		// timeout: rank 0 (or this rank's link to it) froze.
+		why, blame = "waiting for rank 0's Shutdown: "+ur.Error(), ur.Rank
+	case errors.As(err, &ex):
+		why, blame = "waiting for rank 0's Shutdown: "+ex.Error(), ex.Rank
 	case errors.As(err, &ab):
 		why = "rank 0 aborted instead of shutting down: " + ab.Reason
 		if ab.Rank >= 0 && ab.Rank < w.c.size {

@@ -23,6 +23,23 @@ type Network interface {
 
 // PipeNetwork is a Network over an in-memory pipe.Network; each Listen gets
 // a fresh name.
+//
+// NewPipeNetwork's pipes are unbuffered, as net.Pipe's: a write waits for
+// the peer's read, where a socket would take a few bytes and return. Two
+// things then differ from TCP, where a socket buffer holds them:
+//   - Close the ranks together (CloseAll), as separate processes would.
+//     Closed one after another, rank 0's Close waits up to
+//     ShutdownTimeout for a worker that is not closing yet to read its
+//     Shutdown, fails naming it, and the workers then find rank 0 gone
+//     without it.
+//   - A rank whose collective fails on its own (its context, or Close)
+//     after rank 0 has read its part writes an Abort that rank 0 does not
+//     read: the others are still named that rank, promptly, but often
+//     with the cause io.EOF (the rank closed its end) rather than the
+//     context's error.
+//
+// Set Net.Buffer (for example 1 << 20, before the first Listen) for pipes
+// that buffer as sockets do.
 type PipeNetwork struct {
 	Net *pipe.Network
 	n   atomic.Int64
@@ -51,6 +68,9 @@ func StartStar(ctx context.Context, nw Network, size int, tweak func(*star.Confi
 // StartStarTimed is StartStar that also returns how long each rank's
 // star.New took.
 func StartStarTimed(ctx context.Context, nw Network, size int, tweak func(*star.Config)) ([]comm.Communicator, []time.Duration, error) {
+	if size < 1 {
+		return nil, nil, fmt.Errorf("testkit: StartStar: size is %d; a star has at least 1 rank", size)
+	}
 	ln, err := nw.Listen()
 	if err != nil {
 		return nil, nil, err

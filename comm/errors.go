@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -169,4 +170,14 @@ type BackendNotAvailableError struct {
 // Error names the backend and why it is not available here.
 func (e *BackendNotAvailableError) Error() string {
 	return fmt.Sprintf("comm: backend %q is not available: %s", e.Backend, e.Reason)
+}
+
+// CheckContext returns an *InvalidArgumentError naming op when ctx is nil
+// (every collective takes a context; a nil one would otherwise panic on
+// its first use), else nil.
+func CheckContext(op string, ctx context.Context) error {
+	if ctx == nil {
+		return &InvalidArgumentError{Operation: op, Message: "nil context: pass context.Background() or a context of your own"}
+	}
+	return nil
 }

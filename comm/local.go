@@ -24,6 +24,9 @@ func (l *Local) Rank() int { return 0 }
 func (l *Local) Size() int { return 1 }
 
 func (l *Local) begin(ctx context.Context, op string) error {
+	if err := CheckContext(op, ctx); err != nil {
+		return err
+	}
 	if l.closed.Load() {
 		return ErrInvalidCommunicator
 	}

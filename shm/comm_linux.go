@@ -295,9 +295,13 @@ func (c *Comm) ReplacedStale() bool { return c.seg.replaced }
 // POSIX shared memory that every rank maps, rank 0 the leader.
 func (c *Comm) Provider() Provider { return &posixProvider{c: c} }
 
-// begin checks that a collective may start: not closed, not failed. It
+// begin checks that a collective may start: a context, not closed, not
+// failed. It
 // locks active; end unlocks it.
-func (c *Comm) begin(op string) error {
+func (c *Comm) begin(ctx context.Context, op string) error {
+	if err := comm.CheckContext(op, ctx); err != nil {
+		return err
+	}
 	if c.closed.Load() {
 		return comm.ErrInvalidCommunicator
 	}
@@ -797,7 +801,7 @@ func (c *Comm) finishErr(op uint8, err error) error {
 // its own half of the segment, and every other rank copies it from there
 // straight into its recv.
 func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, displs []int) error {
-	if err := c.begin(comm.OpAllgatherv); err != nil {
+	if err := c.begin(ctx, comm.OpAllgatherv); err != nil {
 		return err
 	}
 	defer c.end()
@@ -866,7 +870,7 @@ func (c *Comm) Allgatherv(ctx context.Context, send, recv comm.View, counts, dis
 // rank reduces the chunks of ranks 0, 1, ..., R-1 in that order, so the
 // result is bit-identical on every rank and to the tcp backend's.
 func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.ReduceOp) error {
-	if err := c.begin(comm.OpAllreduce); err != nil {
+	if err := c.begin(ctx, comm.OpAllreduce); err != nil {
 		return err
 	}
 	defer c.end()
@@ -922,7 +926,7 @@ func (c *Comm) Allreduce(ctx context.Context, send, recv comm.View, op comm.Redu
 // a rank that disagrees about the root is seen by all: the root does not
 // return before every rank has entered the broadcast.
 func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
-	if err := c.begin(comm.OpBroadcast); err != nil {
+	if err := c.begin(ctx, comm.OpBroadcast); err != nil {
 		return err
 	}
 	defer c.end()
@@ -969,7 +973,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.View, root int) error {
 // Barrier returns once every rank has entered it: each rank publishes its
 // arrival and waits for every other rank's.
 func (c *Comm) Barrier(ctx context.Context) error {
-	if err := c.begin(comm.OpBarrier); err != nil {
+	if err := c.begin(ctx, comm.OpBarrier); err != nil {
 		return err
 	}
 	defer c.end()

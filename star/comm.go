@@ -307,6 +307,9 @@ func (c *Comm) cancelLinks(err error) {
 // returns a pending failure (see interrupt) for the collective to fail
 // with.
 func (c *Comm) begin(ctx context.Context, op string, root int) (pending, err error) {
+	if err := comm.CheckContext(op, ctx); err != nil {
+		return nil, err
+	}
 	c.stateMu.Lock()
 	defer c.stateMu.Unlock()
 	if c.closed {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -667,6 +668,37 @@ func sequencingCases() []Case {
 				seen[got] = true
 			}
 			return nil
+		}},
+		{Name: "Sequencing_NilContext", Run: func(ctx context.Context, e Env) error {
+			// A nil context is a bad argument of every collective (an
+			// InvalidArgumentError on every rank, nothing sent), never
+			// a panic; the communicator stays usable.
+			c := e.Comm
+			var none context.Context
+			one := []float64{1}
+			counts := make([]int, c.Size())
+			for r := range counts {
+				counts[r] = 1
+			}
+			displs, total := prefix(counts)
+			calls := map[string]func() error{
+				comm.OpAllgatherv: func() error {
+					return comm.Allgatherv(none, c, one, make([]float64, total), counts, displs)
+				},
+				comm.OpAllreduce: func() error { return comm.Allreduce(none, c, one, make([]float64, 1), comm.Sum) },
+				comm.OpBroadcast: func() error { return comm.Broadcast(none, c, one, 0) },
+				comm.OpBarrier:   func() error { return c.Barrier(none) },
+			}
+			for op, call := range calls {
+				ia, werr := wantErr[*comm.InvalidArgumentError](op+" with a nil context", call())
+				if werr != nil {
+					return werr
+				}
+				if ia.Operation != op || !strings.Contains(ia.Message, "nil context") {
+					return fmt.Errorf("%s with a nil context: %v, want an InvalidArgumentError naming %s and the nil context", op, ia, op)
+				}
+			}
+			return syncCheck(ctx, c)
 		}},
 		{Name: "Sequencing_Mixed", Run: func(ctx context.Context, e Env) error {
 			c := e.Comm

@@ -200,6 +200,12 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (transport.Conn, error) 
 		e := &UnreachableError{Addr: addr, Attempts: attempts, Elapsed: time.Since(start), Err: last,
 			Unresolved: errors.As(last, &dnsErr), ConnectTimeout: d.cfg.ConnectTimeout}
 		if timeUp {
+			if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil && !time.Now().Before(dl) {
+				// The caller's deadline is the one that passed, and its
+				// timer is due: its cause (the caller's words for it)
+				// says more than ours.
+				<-ctx.Done()
+			}
 			switch {
 			case ctx.Err() != nil:
 				e.Context = context.Cause(ctx)

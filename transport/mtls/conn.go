@@ -415,8 +415,19 @@ func (c *Conn) Unread() (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("mtls: the inner conn cannot count unread bytes: %w", errors.ErrUnsupported)
 	}
-	if handshook, err := c.readyNow(false); !handshook {
-		return 0, errors.Join(errors.New("mtls: unread bytes: the handshake is not over"), err)
+	// Not readyNow: a read deadline that has passed (a link idle since
+	// its last read, or set in the past at the end of a start-up) says
+	// nothing about what waits unread.
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	select {
+	case <-c.hsDone:
+		if c.hsErr != nil {
+			return 0, fmt.Errorf("mtls: unread bytes: the handshake failed: %w", c.hsErr)
+		}
+	default:
+		return 0, errors.New("mtls: unread bytes: the handshake is not over")
 	}
 	if !c.rmu.TryLock() {
 		return 0, errors.New("mtls: unread bytes: a read is in progress")

@@ -59,6 +59,13 @@ func TestQueues(t *testing.T) {
 		last = n
 		return err == nil && n > writes*size
 	}, watchdog, time.Millisecond, "%d records of %d bytes, unread", writes, size)
+	// A read deadline that has passed (a link idle since its last read)
+	// does not stop the count: it says nothing about what waits.
+	require.NoError(t, a.SetReadDeadline(time.Now().Add(-time.Second)))
+	n, err := ur.Unread()
+	require.NoError(t, err, "read deadline passed")
+	require.Equal(t, last, n, "read deadline passed")
+	require.NoError(t, a.SetReadDeadline(time.Time{}))
 	for i := range writes {
 		_, err = io.ReadFull(a, make([]byte, size))
 		require.NoError(t, err)

@@ -879,7 +879,7 @@ func describe(err error, timeout time.Duration) string {
 		// TCP_USER_TIMEOUT or keep-alive: the collective timeout, or for a
 		// worker without a control session the liveness timeout (see
 		// coordinator.setPeerTimeout).
-		return fmt.Sprintf("the system gave up on the connection: the peer's host acknowledged nothing in time (host gone or network cut): %v", err)
+		return fmt.Sprintf("the system gave up on the connection: the peer's host acknowledged nothing, or kept its receive window closed, for the timeout (host gone, network cut, or the peer's process stopped with its socket full): %v", err)
 	case isTimeout(err):
 		return fmt.Sprintf("no progress within the %v timeout (peer hung or unreachable): %v", timeout, err)
 	case errors.Is(err, io.EOF):

@@ -174,7 +174,7 @@ func TestSystemTimeoutIsDeadline(t *testing.T) {
 	require.ErrorIs(t, err, syscall.ETIMEDOUT)
 	require.True(t, isTimeout(err))
 	require.Equal(t, "timeout", causeName(err))
-	require.Contains(t, describe(err, time.Minute), "the system gave up on the connection: the peer's host acknowledged nothing in time")
+	require.Contains(t, describe(err, time.Minute), "the system gave up on the connection: the peer's host acknowledged nothing, or kept its receive window closed, for the timeout")
 	require.Contains(t, describe(edgeErr(os.ErrDeadlineExceeded, false), time.Minute), "no progress within the 1m0s timeout")
 	require.NotErrorIs(t, edgeErr(io.EOF, false), os.ErrDeadlineExceeded)
 }

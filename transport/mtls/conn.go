@@ -194,11 +194,17 @@ func (c *Conn) ready(write bool) error {
 // readyNow is ready for a polling call, which must not wait: handshook is
 // false while the handshake runs.
 func (c *Conn) readyNow(write bool) (handshook bool, err error) {
+	if !c.closed.Load() && c.passed(write) {
+		return false, os.ErrDeadlineExceeded
+	}
+	return c.handshookNow()
+}
+
+// handshookNow is readyNow whatever the deadlines: the connection is not
+// closed and its handshake is over (false, nil while it runs).
+func (c *Conn) handshookNow() (bool, error) {
 	if c.closed.Load() {
 		return false, net.ErrClosed
-	}
-	if c.passed(write) {
-		return false, os.ErrDeadlineExceeded
 	}
 	select {
 	case <-c.hsDone:
@@ -418,16 +424,8 @@ func (c *Conn) Unread() (int, error) {
 	// Not readyNow: a read deadline that has passed (a link idle since
 	// its last read, or set in the past at the end of a start-up) says
 	// nothing about what waits unread.
-	if c.closed.Load() {
-		return 0, net.ErrClosed
-	}
-	select {
-	case <-c.hsDone:
-		if c.hsErr != nil {
-			return 0, fmt.Errorf("mtls: unread bytes: the handshake failed: %w", c.hsErr)
-		}
-	default:
-		return 0, errors.New("mtls: unread bytes: the handshake is not over")
+	if handshook, err := c.handshookNow(); !handshook {
+		return 0, errors.Join(errors.New("mtls: unread bytes: the handshake is not over"), err)
 	}
 	if !c.rmu.TryLock() {
 		return 0, errors.New("mtls: unread bytes: a read is in progress")

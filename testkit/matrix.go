@@ -432,8 +432,19 @@ type rankOutcome struct {
 	afterIn time.Duration
 }
 
+// newScript returns a script of faults, failing t if one of them can never
+// fire (a cell that injects nothing would pass for the wrong reason).
+func newScript(t testing.TB, faults ...faulty.Fault) *faulty.Script {
+	t.Helper()
+	s := faulty.NewScript(faults...)
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func runOpCell(t *testing.T, cell Cell, p matrixParams) {
-	s := faulty.NewScript(cell.faults()...)
+	s := newScript(t, cell.faults()...)
 	comms, err := startFaultyOp(t, s, p.timeout, cell.Op)
 	if err != nil {
 		t.Fatalf("start: %v", err)
@@ -627,7 +638,7 @@ func runHandshakeCell(t *testing.T, cell Cell) {
 	if cell.When == "mid" {
 		f.Offset = 7
 	}
-	s := faulty.NewScript(f)
+	s := newScript(t, f)
 	network := NewPipeNetwork()
 	ln, err := network.Listen()
 	if err != nil {
@@ -711,7 +722,7 @@ func runHandshakeCell(t *testing.T, cell Cell) {
 func runShutdownCell(t *testing.T, cell Cell) {
 	cell2 := cell
 	cell2.Op = OpBarrier
-	s := faulty.NewScript(cell2.faults()...)
+	s := newScript(t, cell2.faults()...)
 	comms, err := startFaulty(t, s)
 	if err != nil {
 		t.Fatalf("start: %v", err)

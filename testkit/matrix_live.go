@@ -86,7 +86,7 @@ func runLiveCell(t *testing.T, cell Cell) {
 	failing := cell.failing()
 	var s *faulty.Script
 	if cell.Fault != 0 {
-		s = faulty.NewScript(cell.liveFault())
+		s = newScript(t, cell.liveFault())
 	}
 	comms, err := StartStar(context.Background(), NewPipeNetwork(), MatrixRanks, func(cfg *star.Config) {
 		cfg.Timeout, cfg.ShutdownTimeout, cfg.Liveness = liveTimeout, matrixShutdown, liveLiveness

@@ -92,7 +92,7 @@ func runTimeCell(t *testing.T, cell Cell, p matrixParams) {
 				for r := range MatrixRanks {
 					fs = append(fs, faulty.Fault{Kind: faulty.Crash, Rank: r, Link: -1, Manual: true, WholeRank: true})
 				}
-				exitScript = faulty.NewScript(fs...)
+				exitScript = newScript(t, fs...)
 			}
 			if cfg.Listener != nil {
 				cfg.Listener = exitScript.WrapListener(cfg.Listener)

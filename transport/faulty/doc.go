@@ -35,10 +35,15 @@
 //   - RefuseDial: Dial fails with an error wrapping syscall.ECONNREFUSED.
 //
 // Corruptions apply to the frame's header, whatever the Offset. Faults fire
-// once. A Script holds the faults of a whole run; WrapDialer and
-// WrapListener attach it to one rank's ends; Fire triggers a fault "now"
-// (between collectives) instead of at a stream position: the faults above,
-// and Delay, which makes the I/O of its Dir wait until Delay from then.
+// once (a fault for any link, Link -1, on the first link whose stream
+// reaches its trigger). Script.Check reports the faults that can never
+// fire (a Link that Rank has no end to, a RefuseDial for the coordinator,
+// and so on), so that a test does not pass for want of its fault.
+//
+// A Script holds the faults of a whole run; WrapDialer and WrapListener
+// attach it to one rank's ends; Fire triggers a fault "now" (between
+// collectives) instead of at a stream position: the faults above, and
+// Delay, which makes the I/O of its Dir wait until Delay from then.
 //
 // # Control connections
 //

@@ -85,7 +85,11 @@ type Fault struct {
 	// coordinator's ends, r for worker r's end.
 	Rank int
 	// Link is the peer's rank: on the coordinator, the worker whose link
-	// it is (-1: every link); on a worker, 0.
+	// it is; on a worker, 0. -1 means any link of Rank: the fault still
+	// fires once, on the first link whose stream reaches its trigger (or,
+	// fired by Script.Fire, on every link of Rank at once). On the
+	// coordinator Link 0 names no link (rank 0 has no link to itself), so
+	// such a fault never fires: Check reports it.
 	Link int
 	// Dir, Frame and Offset place the trigger in the stream.
 	Dir    Dir
@@ -118,6 +122,38 @@ func (f Fault) String() string {
 	return s
 }
 
+// Check reports why the fault can never fire, or nil: an unknown Kind, a
+// negative Rank, Frame or Offset, a Link that no end of Rank has (on the
+// coordinator, 0 or below -1; on a worker, anything but 0 and -1; Link
+// plays no part in a Manual WholeRank fault), a
+// RefuseDial for the coordinator (which never dials), or a Delay fault
+// without a positive Delay.
+func (f Fault) Check() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("faulty: fault %v: %s", f, fmt.Sprintf(format, args...))
+	}
+	anyLink := f.Manual && f.WholeRank // Fire acts on every end of Rank
+	switch {
+	case f.Kind < Crash || f.Kind > SysTimeout:
+		return bad("unknown kind %d", int(f.Kind))
+	case f.Rank < 0:
+		return bad("rank %d is negative", f.Rank)
+	case !anyLink && f.Rank == 0 && (f.Link == 0 || f.Link < -1):
+		return bad("link %d names no link of the coordinator (want a worker's rank, or -1 for any)", f.Link)
+	case !anyLink && f.Rank > 0 && f.Link != 0 && f.Link != -1:
+		return bad("link %d names no link of worker %d (a worker's only link is to rank 0: want 0, or -1)", f.Link, f.Rank)
+	case f.Frame < 0:
+		return bad("frame %d is negative", f.Frame)
+	case f.Offset < 0:
+		return bad("offset %d is negative", f.Offset)
+	case f.Kind == RefuseDial && f.Rank == 0:
+		return bad("the coordinator never dials (RefuseDial is for a worker's rank)")
+	case f.Kind == Delay && f.Delay <= 0:
+		return bad("delay %v: a Delay fault needs a positive Delay", f.Delay)
+	}
+	return nil
+}
+
 // Script is the set of faults of one run. It is safe for concurrent use.
 type Script struct {
 	mu     sync.Mutex
@@ -131,13 +167,28 @@ type armed struct {
 	fired bool
 }
 
-// NewScript returns a script holding faults.
+// NewScript returns a script holding faults. A fault that can never fire
+// (see Fault.Check) is kept and never fires; Script.Check reports it.
 func NewScript(faults ...Fault) *Script {
 	s := &Script{}
 	for _, f := range faults {
 		s.faults = append(s.faults, &armed{Fault: f})
 	}
 	return s
+}
+
+// Check reports every fault of the script that can never fire (see
+// Fault.Check), numbered from 0 in the order given to NewScript, or nil.
+func (s *Script) Check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for i, f := range s.faults {
+		if err := f.Check(); err != nil {
+			errs = append(errs, fmt.Errorf("fault %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Fired reports how many faults have fired.

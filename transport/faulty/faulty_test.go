@@ -801,6 +801,72 @@ func TestLink(t *testing.T) {
 			require.Equal(t, 2, s.Fired())
 		})
 	})
+	t.Run("case=any-link-fires-once", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ack := mkFrame(0x09)
+			s := faulty.NewScript(faulty.Fault{Kind: faulty.Crash, Rank: 0, Link: -1, Dir: faulty.Write})
+			coord, workers := handshakeAll(t, newNet(t, s), 1, 2, 3)
+			for _, r := range []int{2, 1, 3} {
+				got := testkit.Async(func() readResult { return readFull(workers[r], len(ack)) })
+				_, err := coord[r].Write(ack)
+				res := <-got
+				if r == 2 {
+					require.ErrorIs(t, err, net.ErrClosed, "the first Ack written (to worker 2)")
+					require.Equal(t, io.EOF, res.err)
+					continue
+				}
+				require.NoError(t, err, "Ack to worker %d: the fault fired already", r)
+				require.NoError(t, res.err)
+				require.Equal(t, ack, res.data)
+			}
+			require.Equal(t, 1, s.Fired())
+		})
+	})
+}
+
+// TestCheck checks that Fault.Check and Script.Check name every fault that
+// can never fire, and only those.
+func TestCheck(t *testing.T) {
+	valid := []faulty.Fault{
+		{Kind: faulty.Crash, Rank: 0, Link: 2},
+		{Kind: faulty.Hang, Rank: 0, Link: -1, Dir: faulty.Read, Frame: 3, Offset: 7},
+		{Kind: faulty.Reset, Rank: 3, Link: 0},
+		{Kind: faulty.SysTimeout, Rank: 3, Link: -1, Control: true},
+		{Kind: faulty.Crash, Rank: 0, Manual: true, WholeRank: true}, // Link plays no part
+		{Kind: faulty.Delay, Rank: 1, Delay: time.Millisecond},
+		{Kind: faulty.RefuseDial, Rank: 1},
+	}
+	for _, f := range valid {
+		require.NoError(t, f.Check(), "%v", f)
+	}
+	require.NoError(t, faulty.NewScript(valid...).Check())
+	require.NoError(t, faulty.NewScript().Check())
+	for _, c := range []struct {
+		f    faulty.Fault
+		want string
+	}{
+		{faulty.Fault{Rank: 1}, "unknown kind 0"},
+		{faulty.Fault{Kind: faulty.SysTimeout + 1, Rank: 1}, "unknown kind 11"},
+		{faulty.Fault{Kind: faulty.Crash, Rank: -1}, "rank -1 is negative"},
+		{faulty.Fault{Kind: faulty.Crash, Rank: 0, Link: 0}, "link 0 names no link of the coordinator"},
+		{faulty.Fault{Kind: faulty.Crash, Rank: 0, Link: -2}, "link -2 names no link of the coordinator"},
+		{faulty.Fault{Kind: faulty.Crash, Rank: 0, Link: 0, WholeRank: true}, "link 0 names no link of the coordinator"},
+		{faulty.Fault{Kind: faulty.Crash, Rank: 2, Link: 1}, "link 1 names no link of worker 2"},
+		{faulty.Fault{Kind: faulty.Crash, Rank: 2, Frame: -1}, "frame -1 is negative"},
+		{faulty.Fault{Kind: faulty.Crash, Rank: 2, Offset: -5}, "offset -5 is negative"},
+		{faulty.Fault{Kind: faulty.RefuseDial, Rank: 0, Link: 1}, "the coordinator never dials"},
+		{faulty.Fault{Kind: faulty.Delay, Rank: 1}, "a Delay fault needs a positive Delay"},
+	} {
+		err := c.f.Check()
+		require.ErrorContains(t, err, c.want, "%v", c.f)
+		require.ErrorContains(t, err, c.f.String(), "the error names the fault")
+	}
+	err := faulty.NewScript(valid[0], faulty.Fault{Kind: faulty.Crash, Rank: 0, Link: 0}, valid[1],
+		faulty.Fault{Kind: faulty.Crash, Rank: 2, Link: 1}).Check()
+	require.ErrorContains(t, err, "fault 1: faulty: fault crash rank=0 link=0")
+	require.ErrorContains(t, err, "fault 3: faulty: fault crash rank=2 link=1")
+	require.NotContains(t, err.Error(), "fault 0:")
+	require.NotContains(t, err.Error(), "fault 2:")
 }
 
 // TestManual checks faults that only Script.Fire triggers.

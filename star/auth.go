@@ -171,6 +171,8 @@ func challenge(l *link, token Token, first byte, rank, size uint32, handshakeTim
 		return &authRefusal{fmt.Sprintf("authentication failed: %s answered the challenge with %s (with a token set, every rank needs it)", who, why), ErrAuthentication}
 	case errors.As(err, &te):
 		return &authRefusal{fmt.Sprintf("authentication failed: %s answered the challenge with a %s frame (a spec-only peer? with a token set, every rank must be starcomm and have it)", who, TagName(te.got)), ErrAuthentication}
+	case errors.As(err, &le) && le.got < 0:
+		return &authRefusal{fmt.Sprintf("authentication failed: %s answered the challenge with a frame of LEN 0 (no room for its tag), expected %d bytes", who, MACSize), ErrAuthentication}
 	case errors.As(err, &le):
 		return &authRefusal{fmt.Sprintf("authentication failed: %s answered the challenge with %d bytes, expected %d", who, le.got, MACSize), ErrAuthentication}
 	case isTimeout(err):

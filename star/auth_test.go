@@ -610,8 +610,8 @@ func TestAuthControlHijack(t *testing.T) {
 // HandshakeTimeout, it registers; by more, the coordinator refuses the
 // connection once HandshakeTimeout has passed, the worker's start-up
 // fails saying it did not answer in time, and it takes no rank. And a
-// corrupted answer (its tag) is refused at once as no answer. On the fake
-// clock.
+// corrupted answer (its tag, or its LEN: one byte short, or 0) is refused
+// at once as no answer, saying what was wrong. On the fake clock.
 func TestAuthOverFaulty(t *testing.T) {
 	const size, handshakeTimeout = 2, time.Second
 	for _, tc := range []struct {
@@ -622,6 +622,9 @@ func TestAuthOverFaulty(t *testing.T) {
 		{"delay=short", faulty.Fault{Kind: faulty.Delay, Delay: handshakeTimeout - time.Millisecond}, ""},
 		{"delay=long", faulty.Fault{Kind: faulty.Delay, Delay: handshakeTimeout + time.Millisecond}, "did not answer the challenge within the handshake timeout"},
 		{"corrupt=tag", faulty.Fault{Kind: faulty.CorruptTag}, "answered the challenge with a 0xEE frame"},
+		{"len=short", faulty.Fault{Kind: faulty.LenTooSmall}, "answered the challenge with 31 bytes, expected 32"},
+		// LEN 33 + (2^32 - 33) wraps to LEN 0.
+		{"len=0", faulty.Fault{Kind: faulty.LenTooLarge, Extra: 1<<32 - 33}, "answered the challenge with a frame of LEN 0 (no room for its tag), expected 32 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testkit.SyncTest(t, func(t *testing.T) {

@@ -719,8 +719,11 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 	case ownFailure(ctx, err):
 		return &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done during the collective", Err: ctx.Err()}
 	case errors.As(err, &le):
-		return &comm.InvalidBufferSizeError{Operation: op, Expected: le.expected, Actual: le.got, Unit: "bytes",
-			Detail: fmt.Sprintf("%s frame from rank %d; ranks disagree on the buffer sizes", TagName(le.tag), peer)}
+		detail := fmt.Sprintf("%s frame from rank %d; ranks disagree on the buffer sizes", TagName(le.tag), peer)
+		if le.got < 0 {
+			detail = fmt.Sprintf("frame from rank %d with LEN 0, no room for its tag (a corrupt stream: no rank sends it), where a %s frame was due", peer, TagName(le.tag))
+		}
+		return &comm.InvalidBufferSizeError{Operation: op, Expected: le.expected, Actual: le.got, Unit: "bytes", Detail: detail}
 	case errors.As(err, &ab):
 		blamed := ab.Rank
 		if blamed < 0 || blamed >= c.size {

@@ -130,7 +130,18 @@ type lengthError struct {
 }
 
 func (e *lengthError) Error() string {
+	if e.got < 0 {
+		return fmt.Sprintf("frame with LEN 0 (no room for its tag) where a %s frame of %d payload bytes was expected", TagName(e.tag), e.expected)
+	}
 	return fmt.Sprintf("%s frame carries %d payload bytes, expected %d", TagName(e.tag), e.got, e.expected)
+}
+
+// Unwrap makes a frame with LEN 0 match ErrZeroLength.
+func (e *lengthError) Unwrap() error {
+	if e.got < 0 {
+		return ErrZeroLength
+	}
+	return nil
 }
 
 // brokenPipe is a write to a peer that closed, reported by an in-memory

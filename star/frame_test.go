@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -93,7 +94,7 @@ func TestReadFrameRefusesWithoutReading(t *testing.T) {
 		{"len too large", "FFFFFFFF 01", "carries 4294967294 payload bytes, expected 8"},
 		{"len too small", "00000002 01", "carries 1 payload bytes, expected 8"},
 		{"wrong tag", "00000009 02", "received AllgathervRecv frame, expected AllgathervSend"},
-		{"zero len", "00000000 01", "carries -1 payload bytes, expected 8"},
+		{"zero len", "00000000 01", "frame with LEN 0 (no room for its tag) where a AllgathervSend frame of 8 payload bytes was expected"},
 		{"huge abort", "FFFFFFFF 0B", "received Abort frame"},
 	}
 	for _, tc := range cases {
@@ -105,6 +106,7 @@ func TestReadFrameRefusesWithoutReading(t *testing.T) {
 			dst := make([]byte, 8)
 			err := l.readFrame(TagAllgathervSend, dst)
 			require.ErrorContains(t, err, tc.want)
+			require.Equal(t, tc.name == "zero len", errors.Is(err, ErrZeroLength), "matches ErrZeroLength")
 			require.Equal(t, "trailing bytes that must stay unread", c.String(), "payload must not be consumed")
 			require.Equal(t, make([]byte, 8), dst, "destination must not be written")
 		})

@@ -121,6 +121,10 @@ func checkRefused(t *testing.T, c hostileClaim, op string, expected int, err err
 	assert.Equal(t, op, ibs.Operation)
 	assert.Equal(t, expected, ibs.Expected)
 	assert.Equal(t, c.actual(expected), ibs.Actual)
+	if ibs.Actual == -1 {
+		assert.Contains(t, ibs.Detail, "with LEN 0, no room for its tag (a corrupt stream", "LEN 0 is named as such")
+		assert.NotContains(t, ibs.Detail, "disagree", "no size any rank could pass gives LEN 0")
+	}
 }
 
 // maxAlloc is what a refusal may allocate, whatever the header claims.

@@ -139,7 +139,9 @@ func CheckAllgatherv(rank, size int, send, recv View, counts, displs []int) (int
 }
 
 // CheckAllreduce validates the arguments of an Allreduce call: send and
-// recv are either the same memory (in place) or do not overlap.
+// recv have the same element type and the same length, at least 1, the
+// operator is defined for that type, and they are either the same memory
+// (in place) or do not overlap.
 func CheckAllreduce(send, recv View, op ReduceOp) error {
 	const name = OpAllreduce
 	if err := checkView(name, "send", send); err != nil {

@@ -16,7 +16,7 @@ type Communicator interface {
 	// elements). See the package doc for the exact contract.
 	Allgatherv(ctx context.Context, send, recv View, counts, displs []int) error
 	// Allreduce reduces send element-wise across ranks, in rank order, into
-	// recv on every rank.
+	// recv on every rank. send and recv have the same, non-zero length.
 	Allreduce(ctx context.Context, send, recv View, op ReduceOp) error
 	// Broadcast copies root's buf into every rank's buf.
 	Broadcast(ctx context.Context, buf View, root int) error

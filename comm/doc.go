@@ -25,7 +25,9 @@
 //     is bit-for-bit deterministic and identical on every rank. Min and Max
 //     follow Go's built-in min and max (a NaN operand gives NaN; -0 < +0);
 //     integer Sum wraps; BitwiseOr accepts integer types only. send and
-//     recv are the same slice (in place) or share no memory.
+//     recv have the same length, at least one element (an empty allreduce
+//     is an *InvalidBufferSizeError, as an Allgatherv with every count 0
+//     is not), and are the same slice (in place) or share no memory.
 //   - Broadcast: root's buf is copied into every other rank's buf.
 //   - Barrier: no rank returns before every rank has entered.
 //

@@ -48,3 +48,58 @@ func TestReduceOpMismatchBlame(t *testing.T) {
 		})
 	}
 }
+
+// TestCountsMismatchSeenByOneRank: rank 2's counts differ from the others'
+// for rank 1's region only. Without the desync check the wire shows it only
+// to rank 2, as the length of rank 0's reply: rank 2 gets an
+// InvalidBufferSizeError naming rank 0's frame, the others' allgatherv
+// succeeds and their next collective fails on rank 2's Abort. With the
+// desync check every rank fails in the allgatherv itself, naming rank 2 (as
+// the README's "A bad frame" says).
+func TestCountsMismatchSeenByOneRank(t *testing.T) {
+	const size, odd = 4, 2
+	run := func(c comm.Communicator) error {
+		counts, displs := []int{3, 3, 3, 3}, []int{0, 4, 8, 12}
+		if c.Rank() == odd {
+			counts[1] = 4
+		}
+		return comm.Allgatherv(context.Background(), c, make([]float64, counts[c.Rank()]), make([]float64, 16), counts, displs)
+	}
+	t.Run("check=off", func(t *testing.T) {
+		testkit.SyncTest(t, func(t *testing.T) {
+			comms := inBubble(t, size, func(c *star.Config) { c.Timeout = time.Minute })
+			defer testkit.CloseAll(comms)
+			errs := testkit.RunRanks(comms, run)
+			for r, err := range errs {
+				if r != odd {
+					assert.NoError(t, err, "rank %d: nothing it reads disagrees", r)
+					continue
+				}
+				var ibs *comm.InvalidBufferSizeError
+				if assert.ErrorAs(t, err, &ibs) {
+					assert.Equal(t, 13*8, ibs.Expected)
+					assert.Equal(t, 12*8, ibs.Actual)
+					assert.Contains(t, ibs.Detail, "AllgathervRecv frame from rank 0; ranks disagree on the buffer sizes")
+				}
+			}
+			errs = testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) })
+			for r, err := range errs {
+				if r != odd {
+					collectiveFailed(t, err, 0)
+					assert.Contains(t, err.Error(), "aborted by rank 2", "rank %d", r)
+				}
+			}
+		})
+	})
+	t.Run("check=on", func(t *testing.T) {
+		testkit.SyncTest(t, func(t *testing.T) {
+			comms := inBubble(t, size, func(c *star.Config) { c.Timeout, c.CheckCollectives = time.Minute, true })
+			defer testkit.CloseAll(comms)
+			for r, err := range testkit.RunRanks(comms, run) {
+				collectiveFailed(t, err, odd)
+				assert.ErrorIs(t, err, star.ErrDesync, "rank %d", r)
+				assert.Contains(t, err.Error(), "rank 2 called allgatherv(float64, counts=[3,4,3,3]); ranks 0,1,3 called allgatherv(float64, counts=[3,3,3,3])", "rank %d", r)
+			}
+		})
+	})
+}

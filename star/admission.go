@@ -39,7 +39,8 @@ import (
 // holds stopped frees its rank, and the others are watched again.
 type admission struct {
 	cfg      Config
-	deadline time.Time // the end of ConnectTimeout
+	begun    time.Time // when start-up began
+	deadline time.Time // the end of ConnectTimeout (or of the caller's context)
 	events   chan event
 	done     chan struct{} // closed when run has decided: reporters stop
 	wg       sync.WaitGroup
@@ -166,7 +167,7 @@ func admit(ctx context.Context, cfg Config) (*admission, []*link, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	a := &admission{cfg: cfg, deadline: deadline, events: make(chan event), done: make(chan struct{}), closed: make(chan struct{}),
+	a := &admission{cfg: cfg, begun: time.Now(), deadline: deadline, events: make(chan event), done: make(chan struct{}), closed: make(chan struct{}),
 		open: map[transport.Conn]bool{}, slots: make([]*slot, cfg.Size), controls: make([]bool, cfg.Size),
 		sessions: sessionWatch{change: make(chan struct{}), setting: make([]bool, cfg.Size)}}
 	a.wg.Add(1)
@@ -675,7 +676,12 @@ func (a *admission) missing(cause error) error {
 			missing = append(missing, r)
 		}
 	}
-	msg := fmt.Sprintf("%d of %d workers registered within %v; missing ranks %s", a.cfg.Size-1-len(missing), a.cfg.Size-1, a.cfg.ConnectTimeout, comm.FormatRanks(missing))
+	within := a.cfg.ConnectTimeout.String()
+	if !errors.Is(cause, context.DeadlineExceeded) || a.deadline.Before(a.begun.Add(a.cfg.ConnectTimeout)) {
+		// The caller's context ended start-up, not ConnectTimeout.
+		within = time.Since(a.begun).Round(time.Millisecond).String() + ", when the caller's context ended start-up"
+	}
+	msg := fmt.Sprintf("%d of %d workers registered within %s; missing ranks %s", a.cfg.Size-1-len(missing), a.cfg.Size-1, within, comm.FormatRanks(missing))
 	if a.refusals > 0 {
 		msg += fmt.Sprintf("; refused %d connection(s), last: %s", a.refusals, a.lastRefusal)
 	}

@@ -286,6 +286,46 @@ func TestStartupTimeoutManyRanks(t *testing.T) {
 	})
 }
 
+// TestStartupEndedByCaller: a start-up that the caller's context ends
+// (cancelled, or a deadline before ConnectTimeout's) says how long it ran,
+// not ConnectTimeout.
+func TestStartupEndedByCaller(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want string
+		is   error
+	}{
+		{"cancelled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(4*time.Millisecond, cancel)
+			return ctx, cancel
+		}, "0 of 3 workers registered within 4ms, when the caller's context ended start-up; missing ranks [1 2 3]: context canceled", context.Canceled},
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 2*time.Second)
+		}, "0 of 3 workers registered within 2s, when the caller's context ended start-up; missing ranks [1 2 3]: context deadline exceeded", context.DeadlineExceeded},
+		{"connect-timeout", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Hour)
+		}, "0 of 3 workers registered within 30s; missing ranks [1 2 3]: context deadline exceeded", context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				ln, err := pipe.NewNetwork().Listen("c")
+				require.NoError(t, err)
+				cfg := star.DefaultConfig()
+				cfg.Rank, cfg.Size, cfg.Listener, cfg.ConnectTimeout = 0, 4, ln, 30*time.Second
+				ctx, cancel := tc.ctx()
+				defer cancel()
+				_, err = star.New(ctx, cfg)
+				var ife *comm.InitializationFailedError
+				require.ErrorAs(t, err, &ife)
+				assert.Contains(t, err.Error(), tc.want)
+				assert.ErrorIs(t, err, tc.is)
+			})
+		})
+	}
+}
+
 // TestDialRefused: a worker with nobody listening fails with
 // InitializationFailed keeping ECONNREFUSED.
 func TestDialRefused(t *testing.T) {

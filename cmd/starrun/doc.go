@@ -102,15 +102,22 @@
 // gives the other ranks the settle period (--settle, 1 s) to end on their
 // own (starcomm tells every rank of a failure within milliseconds, and a
 // rank that panics gets to finish printing its stack trace, keeping its
-// own exit code), then sends SIGTERM to every rank still running, and
-// SIGKILL to those still running once the grace period is over. SIGINT,
-// SIGTERM, SIGHUP (the terminal or ssh session closed) and SIGQUIT
-// (Ctrl-\, on which Go ranks print their goroutines' stacks) sent to
-// starrun are forwarded to every rank the same way, naming the ranks still
-// running when some have ended; a second one kills all ranks at once. When
-// starrun's own output is a closed pipe (starrun ... | head), it stops the
-// ranks with SIGTERM, as a forwarded signal, rather than dying of SIGPIPE
-// and leaving the job's files behind.
+// own exit code), then sends SIGTERM to every rank still running (and
+// SIGCONT, so that a stopped rank gets it now), and SIGKILL to those
+// still running once the grace period is over. The "stopping" line comes
+// after the failed rank's own last lines. SIGINT, SIGTERM, SIGHUP (the
+// terminal or ssh session closed) and SIGQUIT (Ctrl-\, on which Go ranks
+// print their goroutines' stacks) sent to starrun are forwarded to every
+// rank the same way, naming the ranks still running when some have ended;
+// a second one kills all ranks at once. SIGHUP or SIGINT that starrun was
+// started with ignored (nohup starrun ..., or a script's background job)
+// stay ignored, by starrun and its ranks. When starrun's own output is a
+// closed pipe (starrun ... | head), it stops the ranks with SIGTERM, as a
+// forwarded signal, rather than dying of SIGPIPE and leaving the job's
+// files behind. When its output is not being read (a pager not scrolling,
+// a terminal paused with Ctrl-S), failures and signals still stop the job
+// at once; after a forwarded signal starrun exits 2 s after the last rank,
+// read or not.
 //
 // The first rank to fail is often not the one at fault (rank 2 panics, rank
 // 1's collective fails and rank 1 exits first), so once every rank has

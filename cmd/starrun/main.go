@@ -3,7 +3,6 @@ package main
 import (
 	"io"
 	"os"
-	"os/signal"
 
 	"github.com/starcomm/starcomm/internal/launch"
 )
@@ -13,7 +12,7 @@ func main() {
 	// Subscribe before any rank starts, so no signal can kill starrun
 	// without being forwarded.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, launch.StopSignals...)
+	launch.NotifyStops(sigs)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sigs))
 }
 

@@ -60,11 +60,15 @@
 //
 //	NAME: rank 1 (pid 4321) exited with code 1; stopping the other ranks
 //
-// sends SIGTERM to every other rank, and SIGKILL to those still running
-// once the grace period is over. A forwarded signal (StopSignals: SIGINT,
-// SIGTERM, SIGHUP, SIGQUIT) stops the ranks the same way (with that
-// signal); a second one kills them at once. SIGPIPE, the launcher's output
-// closed, stops them with SIGTERM.
+// (after that rank's own last lines), sends SIGTERM to every other rank
+// (with SIGCONT, so that a stopped rank gets it now), and SIGKILL to those
+// still running once the grace period is over. A forwarded signal
+// (StopSignals: SIGINT, SIGTERM, SIGHUP, SIGQUIT; NotifyStops leaves out
+// those the launcher was started with ignored) stops the ranks the same
+// way (with that signal); a second one kills them at once. SIGPIPE, the
+// launcher's output closed, stops them with SIGTERM. The launcher's own
+// messages are written from a goroutine of their own, so output that
+// nobody reads never holds up a stop.
 // A rank still running Config.WaitNotice after another exited 0, none
 // having failed, is named once ("still waiting for rank 0 (pid 4242)").
 // The launcher returns only when every rank has been reaped and its output

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -181,6 +182,8 @@ type job struct {
 	pipes   []*os.File     // read ends of the ranks' output pipes
 	copiers sync.WaitGroup // the goroutines copying the pipes
 	reaped  int            // ranks whose exit the supervise loop has seen
+	notes   *notes         // the launcher's own messages
+	giveUp  time.Time      // when a stopped job gives up on stuck output
 }
 
 // proc is one started rank process. Its fields are owned by the supervise
@@ -193,6 +196,7 @@ type proc struct {
 	sent      map[syscall.Signal]bool // signals the launcher sent it
 	signalled time.Time               // when the launcher first signalled it
 	end       End
+	outDone   chan struct{} // closed once both its output streams are copied
 }
 
 // exitEvent reports that a rank's process has ended and been reaped.
@@ -213,11 +217,39 @@ type exitEvent struct {
 // forwarded to every rank the same way, and a second one kills them. Once
 // all have exited, the launcher reads their error records, names the root
 // cause (Blame) and removes the records.
-func Run(cfg Config) Result {
-	// One lock for both: 2>&1 sends them to one file.
-	var outLock sync.Mutex
-	j := &job{cfg: &cfg, stderr: &SyncWriter{W: cfg.Stderr, Lock: &outLock}, exits: make(chan exitEvent, max(cfg.Ranks, 0))}
-	j.stdout = &SyncWriter{W: cfg.Stdout, Lock: &outLock}
+//
+// The launcher's own messages never hold up the supervision: when nobody
+// reads its output, the job is still stopped on a failure or a signal.
+// Run returns once its messages are written, or, if its output stays stuck
+// once the ranks have ended, when a signal arrives (the code is then the
+// signal's, 128+n, unless the job already had a non-zero one); a job
+// stopped by a signal gives up on stuck output after drainTimeout.
+func Run(cfg Config) (res Result) {
+	// One lock for both when they may be one file (2>&1), so that a line
+	// of one never lands inside a line of the other; one each when they
+	// are two files, so that standard output nobody reads does not hold
+	// up standard error (and the launcher's messages).
+	var outLock, errLock sync.Mutex
+	stdoutLock := &errLock
+	if distinctFiles(cfg.Stdout, cfg.Stderr) {
+		stdoutLock = &outLock
+	}
+	j := &job{cfg: &cfg, stderr: &SyncWriter{W: cfg.Stderr, Lock: &errLock}, exits: make(chan exitEvent, max(cfg.Ranks, 0))}
+	j.stdout = &SyncWriter{W: cfg.Stdout, Lock: stdoutLock}
+	j.notes = newNotes(j.stderr)
+	defer func() {
+		var bound <-chan time.Time
+		if res.Interrupted != 0 {
+			// The user asked to stop: stuck output is given up
+			// drainTimeout after the last rank ended, all told.
+			t := time.NewTimer(time.Until(j.giveUp))
+			defer t.Stop()
+			bound = t.C
+		}
+		if sig := j.notes.flush(cfg.Signals, bound); sig != 0 && res.Code == 0 {
+			res.Code = 128 + int(sig)
+		}
+	}()
 	if cfg.Ranks < 1 || len(cfg.Command) == 0 {
 		j.printf("no ranks to start (ranks=%d, command %q)", cfg.Ranks, cfg.Command)
 		return Result{Code: ExitLaunchError, SetupFailed: true}
@@ -274,7 +306,15 @@ func Run(cfg Config) Result {
 		}
 	}
 	res, failed := j.supervise(startCode)
-	j.drain()
+	j.giveUp = time.Now().Add(drainTimeout)
+	if sig := j.drain(res.Interrupted != 0); sig != 0 {
+		// The output is stuck and the user wants out: no blame, which
+		// would need the rest of the output.
+		if res.Code == 0 {
+			res.Code = 128 + int(sig)
+		}
+		return res
+	}
 	if failed {
 		recs := j.readRecords(errDir)
 		v := Blame(res.Ends, recs, cfg.PeerFailedCode)
@@ -289,7 +329,7 @@ func Run(cfg Config) Result {
 // printf writes one of the launcher's messages, a line starting with its
 // name, to Stderr.
 func (j *job) printf(format string, args ...any) {
-	j.stderr.Printf("%s: "+format, append([]any{j.cfg.Name}, args...)...)
+	j.notes.add(nil, "%s: "+format, append([]any{j.cfg.Name}, args...)...)
 }
 
 // jobName returns a segment name unique to this job: the launcher's
@@ -374,7 +414,7 @@ func (j *job) start(r int, env []string) error {
 		return err
 	}
 
-	p := &proc{id: r, cmd: cmd, pid: cmd.Process.Pid, sent: map[syscall.Signal]bool{}}
+	p := &proc{id: r, cmd: cmd, pid: cmd.Process.Pid, sent: map[syscall.Signal]bool{}, outDone: make(chan struct{})}
 	j.procs = append(j.procs, p)
 	j.pipes = append(j.pipes, outR, errR)
 	prefix := "[" + strconv.Itoa(r) + "] "
@@ -386,12 +426,20 @@ func (j *job) start(r int, env []string) error {
 		copyOut = func() error { return copyLines(j.stderr, outR, prefix, MaxLineBytes) }
 	}
 	j.copiers.Add(2)
+	var left atomic.Int32
+	left.Store(2)
+	copied := func() {
+		if left.Add(-1) == 0 {
+			close(p.outDone)
+		}
+		j.copiers.Done()
+	}
 	go func() {
-		defer j.copiers.Done()
+		defer copied()
 		_ = copyOut()
 	}()
 	go func() {
-		defer j.copiers.Done()
+		defer copied()
 		_ = copyLines(j.stderr, errR, prefix, MaxLineBytes)
 	}()
 	go func() {
@@ -503,7 +551,8 @@ func (j *job) supervise(startCode int) (res Result, failed bool) {
 					msg += "; stopping the other ranks"
 					stop(syscall.SIGTERM)
 				}
-				j.printf("%s", msg)
+				// After the rank's own last lines (its panic, its error).
+				j.notes.add(p.outDone, "%s: %s", j.cfg.Name, msg)
 			case res.Code == 0: // stopped by a forwarded signal: the first non-zero result
 				res.Code = p.end.Code
 			}
@@ -611,8 +660,12 @@ func (j *job) killRunning() {
 }
 
 // drain waits for the output copiers to finish, at most drainTimeout, then
-// closes the pipes' read ends, which ends any copier still reading.
-func (j *job) drain() {
+// closes the pipes' read ends, which ends any copier still reading. A
+// copier still writing (the launcher's output is not being read) is waited
+// for until a signal other than SIGPIPE arrives, which drain returns (0
+// when drained), or, when the job was stopped by a signal (interrupted),
+// not at all.
+func (j *job) drain(interrupted bool) syscall.Signal {
 	done := make(chan struct{})
 	go func() {
 		j.copiers.Wait()
@@ -623,15 +676,21 @@ func (j *job) drain() {
 	select {
 	case <-done:
 	case <-timer.C:
-		j.printf("rank output still open %v after all ranks exited (held by a process outside their process groups); no longer copying it", drainTimeout)
+		j.printf("rank output still open %v after all ranks exited (held by a process outside their process groups, or not read by the launcher's reader); no longer copying it", drainTimeout)
 		for _, f := range j.pipes {
 			f.Close()
 		}
-		<-done
+		if interrupted {
+			return 0 // the user asked to stop: no more waiting
+		}
+		if sig := waitOrSignal(done, j.cfg.Signals, nil); sig != 0 {
+			return sig
+		}
 	}
 	for _, f := range j.pipes {
 		f.Close()
 	}
+	return 0
 }
 
 // readRecords returns every started rank's error record from dir, nil for
@@ -648,4 +707,18 @@ func (j *job) readRecords(dir string) []*errfile.Record {
 		}
 	}
 	return recs
+}
+
+// distinctFiles reports whether a and b are known to be two different
+// files: both *os.File whose file status says so. Anything else may be
+// one file (2>&1), or one writer.
+func distinctFiles(a, b io.Writer) bool {
+	fa, ok1 := a.(*os.File)
+	fb, ok2 := b.(*os.File)
+	if !ok1 || !ok2 || fa == nil || fb == nil {
+		return false
+	}
+	sa, err1 := fa.Stat()
+	sb, err2 := fb.Stat()
+	return err1 == nil && err2 == nil && !os.SameFile(sa, sb)
 }

@@ -49,6 +49,9 @@ func SignalName(sig syscall.Signal) string {
 // StopSignals are the signals a launcher subscribes to (signal.Notify)
 // before it starts the ranks and passes in Config.Signals. Outside Unix:
 // os.Interrupt and SIGTERM.
+//
+// NotifyStops subscribes to them, leaving out those the launcher was
+// started with ignored.
 var StopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
 
 // isSigPipe is false: no SIGPIPE outside Unix.

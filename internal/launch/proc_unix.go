@@ -11,10 +11,15 @@ import (
 // signalGroup sends sig to the process group that p leads (see
 // sysProcAttr), so everything the rank started in its group gets it too,
 // and returns the signal sent. If the group is gone (the rank moved itself
-// to another group), the rank itself gets sig.
+// to another group), the rank itself gets sig. SIGCONT follows, so that a
+// stopped process (kill -STOP, Ctrl-Z) gets sig now instead of holding it
+// pending until SIGKILL; a running one ignores SIGCONT.
 func signalGroup(p *os.Process, sig syscall.Signal) syscall.Signal {
 	if err := syscall.Kill(-p.Pid, sig); err != nil {
 		_ = p.Signal(sig)
+		_ = p.Signal(syscall.SIGCONT)
+	} else {
+		_ = syscall.Kill(-p.Pid, syscall.SIGCONT)
 	}
 	return sig
 }
@@ -79,6 +84,9 @@ func SignalName(sig syscall.Signal) string {
 // their default action, each would end the launcher at once, leaving the
 // ranks' children, the job's directory and a shared-memory segment
 // behind.
+//
+// NotifyStops subscribes to them, leaving out those the launcher was
+// started with ignored.
 var StopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE}
 
 // isSigPipe reports whether s is SIGPIPE.

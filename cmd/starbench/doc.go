@@ -5,8 +5,8 @@
 //
 // Usage:
 //
-//	starbench -n N [--backend tcp|shm] [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S] [--raw]
-//	starrun -n N [--backend shm] -- starbench [--workloads NAME,...] [--repeats-scale F] [--json] [--raw]
+//	starbench -n N [--backend tcp|shm] [--workloads NAME,...] [--repeats-scale F] [--json] [--timeout S] [--raw] [--profile DIR] [--trace DIR]
+//	starrun -n N [--backend shm] -- starbench [--workloads NAME,...] [--repeats-scale F] [--raw]
 //
 // With -n, starbench starts N ranks of its own executable as child
 // processes through the launcher starrun uses (internal/launch), wired over
@@ -21,9 +21,12 @@
 // ranks write goes to standard error prefixed with "[r] ". Each rank runs in
 // its own process group and, on Linux, dies with starbench (parent-death
 // signal). When a rank fails, starbench says so ("starbench: rank 1 (pid
-// 4321) exited with code 3; stopping the other ranks") and sends every
-// other rank's process group SIGTERM, then SIGKILL after 5 s; SIGINT and
-// SIGTERM are forwarded the same way. Once all ranks have exited it names
+// 4321) exited with code 3; stopping the other ranks"), gives the other
+// ranks 1 s to end on their own, then sends every other rank's process
+// group SIGTERM (and SIGCONT, for a stopped one), then SIGKILL after 5 s;
+// SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded at once, the same way
+// (those starbench was started with ignored, as under nohup, stay
+// ignored). Once all ranks have exited it names
 // the root cause on its last line, as starrun does: following the error
 // records' accusations from the earliest record, or, without records, the
 // first rank that failed on its own, passing over ranks that exited 3
@@ -56,6 +59,13 @@
 //	--json             print one JSON document instead of the table
 //	--timeout S        collective timeout in seconds (0.001..31536000; default 60)
 //	--raw              run over the raw relay instead of starcomm (see below)
+//	--profile DIR      write each rank's CPU profile of the timed workloads to
+//	                   DIR/cpu-rank<R>.pprof (go tool pprof); DIR must exist
+//	--trace DIR        write each rank's execution trace of the timed workloads to
+//	                   DIR/trace-rank<R>.out (go tool trace); DIR must exist
+//
+// Under starrun, leave --json out: starrun prefixes every line of every
+// rank with "[r] ", the JSON document included.
 //
 // With --raw the same workloads run, verified the same way, over a minimal
 // relay instead of starcomm: the same TCP sockets (the tcp driver, the same
@@ -84,6 +94,13 @@
 //	broadcast-10KB    10,240 bytes (uint8) from root R-1                    200
 //	sddp-iteration    1 allgatherv of 2 MiB + 119 allgathervs of 200 KB       3
 //	                  + allreduce min (1 value) + allreduce sum (3 values)
+//
+// Three more run only when --workloads names them, and measure what
+// waiting costs: late-1ms (50 repeats), late-10ms (30) and late-1s (5), a
+// barrier that the last rank enters 1 ms, 10 ms or 1 s late (it sleeps
+// first) while the others wait in it. Their result adds the CPU time,
+// user and system, that a waiting rank's whole process burns per
+// collective (the most of any waiting rank, median over the repetitions).
 //
 // The allgathervs use equal counts and packed displacements. In
 // sddp-iteration each of the 119 cut allgathervs has its own send and
@@ -124,10 +141,16 @@
 // The table starts with a header line: the date (UTC, RFC 3339), Go
 // version, GOOS/GOARCH, CPUs, backend, ranks and repeats scale. Then one row
 // per workload: name, ranks, bytes per rank (200 KB = 200,000 bytes; 2 MiB
-// = 2,097,152 bytes), timed repeats, median time and algbw. With --json:
+// = 2,097,152 bytes), timed repeats, median time and algbw. Then, for each
+// late workload, a line "# late-1ms: a waiting rank's process burns 150µs
+// of CPU per collective (median)", and, where the system reports it, "#
+// rank 0 (coordinator) peak RSS: 120.5 MiB". With --json:
 //
 //	{"date": ..., "go": ..., "goos": ..., "goarch": ..., "ranks": N, "backend": ...,
-//	 "cpus": ..., "repeats_scale": ..., "results": [{"workload": ..., "ranks": ...,
-//	 "bytes_per_rank": ..., "repeats": ..., "median_ns": ..., "min_ns": ...,
-//	 "max_ns": ..., "alg_bytes": ..., "algbw_bytes_per_sec": ...}, ...]}
+//	 "cpus": ..., "repeats_scale": ..., "coordinator_peak_rss_bytes": ...,
+//	 "results": [{"workload": ..., "ranks": ..., "bytes_per_rank": ...,
+//	 "repeats": ..., "median_ns": ..., "min_ns": ..., "max_ns": ...,
+//	 "alg_bytes": ..., "algbw_bytes_per_sec": ..., "wait_cpu_ns": ...}, ...]}
+//
+// (coordinator_peak_rss_bytes and wait_cpu_ns only where there is one.)
 package main

@@ -66,7 +66,7 @@ func newFlagSet(v *flagValues) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.IntVar(&v.n, "n", 0, "start N ranks as child processes over TCP on 127.0.0.1 (at least 1); without -n, run as one rank configured by COBRE_* variables")
 	fs.StringVar(&v.backend, "backend", "tcp", "with -n: the ranks' backend, tcp (a coordinator on 127.0.0.1) or shm (a shared-memory segment); without -n the COBRE_* variables choose")
-	fs.StringVar(&v.workloads, "workloads", "", "comma-separated workloads to run (default: all): "+strings.Join(workloadNames(), ","))
+	fs.StringVar(&v.workloads, "workloads", "", "comma-separated workloads to run (default: all the standard ones): "+strings.Join(workloadNames(), ",")+"; also late-1ms, late-10ms, late-1s (only when named)")
 	fs.Float64Var(&v.scale, "repeats-scale", 1, "multiply every workload's repetitions by F (> 0, at most 1000; at least 1 repetition runs)")
 	fs.BoolVar(&v.json, "json", false, "print one JSON document instead of the table")
 	fs.Float64Var(&v.timeout, "timeout", 0, "collective timeout in seconds ("+joblaunch.TimeoutRange+", decimals allowed), passed to the ranks as COBRE_TCP_TIMEOUT_SECS or COBRE_SHM_TIMEOUT_SECS (default: the library's 60 s)")
@@ -111,7 +111,9 @@ func parseArgs(args []string) (options, error) {
 	case math.IsNaN(v.scale) || v.scale <= 0 || v.scale > maxRepeatsScale:
 		return options{}, fmt.Errorf("--repeats-scale must be a number > 0 and at most %d, got %v", maxRepeatsScale, v.scale)
 	case given["timeout"] && !joblaunch.TimeoutOK(v.timeout):
-		return options{}, fmt.Errorf("--timeout must be a number of seconds in %s, as COBRE_TCP_TIMEOUT_SECS, got %v", joblaunch.TimeoutRange, v.timeout)
+		return options{}, fmt.Errorf("--timeout must be a number of seconds in %s, as COBRE_TCP_TIMEOUT_SECS, got %s", joblaunch.TimeoutRange, strconv.FormatFloat(v.timeout, 'f', -1, 64))
+	case given["workloads"] && strings.TrimSpace(v.workloads) == "":
+		return options{}, errors.New("--workloads is empty: name at least one workload, or leave the flag out for all")
 	}
 	for _, d := range []struct{ flag, dir string }{{"profile", v.profile}, {"trace", v.trace}} {
 		if d.dir == "" {
@@ -178,6 +180,10 @@ func writeHelp(w io.Writer) {
 	fs.PrintDefaults()
 	fmt.Fprintln(w, "\nWorkloads:")
 	for _, wl := range standardWorkloads() {
+		fmt.Fprintf(w, "  %-17s %3d repeats  %s\n", wl.name, wl.repeats, wl.about)
+	}
+	fmt.Fprintln(w, "\nRun only when --workloads names them:")
+	for _, wl := range lateWorkloads() {
 		fmt.Fprintf(w, "  %-17s %3d repeats  %s\n", wl.name, wl.repeats, wl.about)
 	}
 }

@@ -94,6 +94,9 @@ func TestParseArgsUsageErrors(t *testing.T) {
 		{"timeout=inf", []string{"--timeout", "+Inf"}, "--timeout must be a number of seconds in 0.001..31536000"},
 		{"timeout=below-1ms", []string{"--timeout", "0.0005"}, "--timeout must be a number of seconds in 0.001..31536000"},
 		{"timeout=over-a-year", []string{"--timeout", "31536001"}, "--timeout must be a number of seconds in 0.001..31536000"},
+		{"timeout=huge", []string{"--timeout", "1e9"}, "got 1000000000"},
+		{"workloads=empty", []string{"--workloads="}, "--workloads is empty"},
+		{"workloads=blank", []string{"--workloads", " "}, "--workloads is empty"},
 		{"timeout=nan", []string{"--timeout", "NaN"}, "--timeout must be a number of seconds in 0.001..31536000"},
 		{"backend=unknown", []string{"-n", "2", "--backend", "mpi"}, `--backend must be tcp or shm, got "mpi"`},
 		{"backend=without-n", []string{"--backend", "shm"}, "--backend needs -n"},
@@ -122,7 +125,7 @@ func TestHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, exitOK, run([]string{"-h"}, &stdout, &stderr))
 	assert.Empty(t, stderr.String())
-	for _, want := range append([]string{synopsis, "-backend", "-repeats-scale", "-workloads", "-json", "-timeout"}, workloadNames()...) {
+	for _, want := range append([]string{synopsis, "-backend", "-repeats-scale", "-workloads", "-json", "-timeout", "-profile", "-trace", "late-1ms", "late-10ms", "late-1s"}, workloadNames()...) {
 		assert.Contains(t, stdout.String(), want)
 	}
 }

@@ -55,7 +55,7 @@ func launch(o options, stdout, stderr io.Writer) int {
 	// Subscribe before any rank starts, so no signal can kill starbench
 	// without the ranks being stopped too.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, joblaunch.StopSignals...)
+	joblaunch.NotifyStops(sigs)
 	defer signal.Stop(sigs)
 	command := append([]string{exe}, rankArgs(o)...)
 	return exitCode(joblaunch.Run(launchConfig(o, command, os.Environ(), stdout, stderr, sigs)))

@@ -23,7 +23,7 @@
 #                  (default 1; starbench's --repeats-scale)
 #
 # The header names the processor (the first "model name" of
-# /proc/cpuinfo) and the load average at the start and the end: figures
+# /proc/cpuinfo, with its family and model numbers) and the load average at the start and the end: figures
 # from different processors (AMD EPYC, Intel Xeon) are not comparable.
 #
 # Both sides run R processes on this host. Over TCP loopback:
@@ -184,6 +184,11 @@ mpi_lib=$(sed -n 's/^# mpi_bench .*library=//p' "$tmp/mpi.1.txt")
 cpus=$(nproc 2>/dev/null || echo '?')
 cpu_model=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n 1)
 [[ -n $cpu_model ]] || cpu_model=$(uname -m)
+# The family and model numbers tell apart two processors of one name
+# ("Intel(R) Xeon(R) Processor" covers several generations).
+cpu_family=$(sed -n 's/^cpu family[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n 1)
+cpu_number=$(sed -n 's/^model[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n 1)
+[[ -n $cpu_family && -n $cpu_number ]] && cpu_model="$cpu_model (family $cpu_family, model $cpu_number)"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 echo "# compare-mpi $(date -u +%Y-%m-%dT%H:%M:%SZ)  ranks=$RANKS  runs=$RUNS (interleaved)  repeats-scale=$REPEATS_SCALE  $(go env GOVERSION)  ${mpi_lib:-MPI} (tcp,self on lo; vader,self)"
 echo "# processor: $cpu_model  cpus=$cpus  load average: $load_start at the start, $load_end at the end"

@@ -42,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/starcomm/starcomm/internal/cpuinfo"
 	"github.com/starcomm/starcomm/internal/netns"
 )
 
@@ -329,22 +330,10 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				return strings.TrimSpace(v)
-			}
-		}
-	}
-	return runtime.GOARCH
-}
-
 func printTable(o options, bps float64, all map[string]map[string][]float64, order []string, load0 string) {
 	fmt.Printf("# nsbench %s  ranks=%d (one per network namespace)  link cap=%s  runs=%d (interleaved)  repeats-scale=%g  %s\n",
 		time.Now().UTC().Format(time.RFC3339), o.ranks, o.rate, o.runs, o.scale, runtime.Version())
-	fmt.Printf("# processor: %s  cpus=%d  load average: %s at the start, %s at the end\n", cpuModel(), runtime.NumCPU(), load0, loadAvg())
+	fmt.Printf("# processor: %s  cpus=%d  load average: %s at the start, %s at the end\n", cpuinfo.Model(), runtime.NumCPU(), load0, loadAvg())
 	fmt.Println("# each time: the median of the runs' medians; bound: the bytes rank 0 sends per operation over its capped link / the cap; % of bound: bound / time")
 	row := "%-17s %11s %11s %11s %11s %9s %9s %9s\n"
 	fmt.Printf(row, "workload", "starcomm", "raw relay", "MPI", "star bound", "starcomm", "raw", "MPI")

@@ -139,7 +139,10 @@
 // # Output
 //
 // The table starts with a header line: the date (UTC, RFC 3339), Go
-// version, GOOS/GOARCH, CPUs, backend, ranks and repeats scale. Then one row
+// version, GOOS/GOARCH, CPUs, backend, ranks and repeats scale; then, on
+// Linux, a line naming rank 0's processor with its family and model
+// numbers ("# processor: Intel(R) Xeon(R) Processor (family 6, model
+// 207)"), since figures from different processors are not comparable. Then one row
 // per workload: name, ranks, bytes per rank (200 KB = 200,000 bytes; 2 MiB
 // = 2,097,152 bytes), timed repeats, median time and algbw. Then, for each
 // late workload, a line "# late-1ms: a waiting rank's process burns 150µs
@@ -147,10 +150,10 @@
 // rank 0 (coordinator) peak RSS: 120.5 MiB". With --json:
 //
 //	{"date": ..., "go": ..., "goos": ..., "goarch": ..., "ranks": N, "backend": ...,
-//	 "cpus": ..., "repeats_scale": ..., "coordinator_peak_rss_bytes": ...,
+//	 "cpus": ..., "cpu_model": ..., "repeats_scale": ..., "coordinator_peak_rss_bytes": ...,
 //	 "results": [{"workload": ..., "ranks": ..., "bytes_per_rank": ...,
 //	 "repeats": ..., "median_ns": ..., "min_ns": ..., "max_ns": ...,
 //	 "alg_bytes": ..., "algbw_bytes_per_sec": ..., "wait_cpu_ns": ...}, ...]}
 //
-// (coordinator_peak_rss_bytes and wait_cpu_ns only where there is one.)
+// (cpu_model, coordinator_peak_rss_bytes and wait_cpu_ns only where there is one.)
 package main

@@ -82,6 +82,7 @@ func TestEndToEnd(t *testing.T) {
 	stdout, stderr = starbench("-n", "1", "--workloads", "broadcast-10KB", "--repeats-scale", "0.05")
 	assert.Empty(t, stderr)
 	assert.Regexp(t, `(?m)^# starbench \S+Z  go\S+ \S+/\S+  cpus=\d+  backend=tcp  ranks=1  repeats-scale=0\.05\n`+
+		`# processor: .+\n`+
 		`workload +ranks +bytes/rank +repeats +median +algbw\n`+
 		`broadcast-10KB +1 +10 KiB +10 +\S+ \S+s +\S+ \S+/s\n`+
 		`# rank 0 \(coordinator\) peak RSS: \d+(\.\d)? \S+\n$`, stdout)

@@ -13,7 +13,8 @@ type runInfo struct {
 	Date         time.Time
 	GoVersion    string // runtime.Version()
 	GOOS, GOARCH string
-	CPUs         int // runtime.NumCPU() of rank 0
+	CPUs         int    // runtime.NumCPU() of rank 0
+	CPUModel     string // rank 0's processor (internal/cpuinfo); "": not known
 	Backend      string
 	Ranks        int
 	RepeatsScale float64
@@ -31,6 +32,7 @@ type report struct {
 	Ranks        int      `json:"ranks"`
 	Backend      string   `json:"backend"`
 	CPUs         int      `json:"cpus"`
+	CPUModel     string   `json:"cpu_model,omitempty"`
 	RepeatsScale float64  `json:"repeats_scale"`
 	PeakRSS      int64    `json:"coordinator_peak_rss_bytes,omitempty"`
 	Results      []result `json:"results"`
@@ -51,6 +53,7 @@ func writeJSON(w io.Writer, info runInfo, results []result) error {
 		Ranks:        info.Ranks,
 		Backend:      info.Backend,
 		CPUs:         info.CPUs,
+		CPUModel:     info.CPUModel,
 		RepeatsScale: info.RepeatsScale,
 		PeakRSS:      info.PeakRSS,
 		Results:      results,
@@ -69,6 +72,10 @@ func writeTable(w io.Writer, info runInfo, results []result) error {
 	var b strings.Builder
 	b.WriteString(headerLine(info))
 	b.WriteByte('\n')
+	if info.CPUModel != "" {
+		// Figures from different processors are not comparable.
+		fmt.Fprintf(&b, "# processor: %s\n", info.CPUModel)
+	}
 	const row = "%-17s %5s %11s %7s %11s %12s\n"
 	fmt.Fprintf(&b, row, "workload", "ranks", "bytes/rank", "repeats", "median", "algbw")
 	for _, r := range results {

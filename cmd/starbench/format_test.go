@@ -18,6 +18,7 @@ var sampleInfo = runInfo{
 	GOOS:         "linux",
 	GOARCH:       "amd64",
 	CPUs:         2,
+	CPUModel:     "Intel(R) Xeon(R) Processor (family 6, model 207)",
 	Backend:      "tcp",
 	Ranks:        4,
 	RepeatsScale: 0.25,
@@ -38,6 +39,7 @@ func TestWriteTable(t *testing.T) {
 	require.NoError(t, writeTable(&b, sampleInfo, sampleResults()))
 	want := strings.Join([]string{
 		"# starbench 2026-03-04T04:06:07Z  go1.26.0 linux/amd64  cpus=2  backend=tcp  ranks=4  repeats-scale=0.25",
+		"# processor: Intel(R) Xeon(R) Processor (family 6, model 207)",
 		"workload          ranks  bytes/rank repeats      median        algbw",
 		"allgatherv-cuts       4      200 KB      13    864.2 µs   925.7 MB/s",
 		"barrier               4           -      50    213.7 µs            -",
@@ -58,6 +60,7 @@ func TestWriteJSON(t *testing.T) {
 	assert.Equal(t, 4.0, doc["ranks"])
 	assert.Equal(t, "tcp", doc["backend"])
 	assert.Equal(t, 2.0, doc["cpus"])
+	assert.Equal(t, "Intel(R) Xeon(R) Processor (family 6, model 207)", doc["cpu_model"])
 	assert.Equal(t, 0.25, doc["repeats_scale"])
 	results, ok := doc["results"].([]any)
 	require.True(t, ok)

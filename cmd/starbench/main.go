@@ -15,6 +15,7 @@ import (
 
 	"github.com/starcomm/starcomm"
 	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/internal/cpuinfo"
 	joblaunch "github.com/starcomm/starcomm/internal/launch"
 )
 
@@ -111,6 +112,7 @@ func runRank(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		GOOS:         runtime.GOOS,
 		GOARCH:       runtime.GOARCH,
 		CPUs:         runtime.NumCPU(),
+		CPUModel:     cpuinfo.Model(),
 		Backend:      backendName(cfg, o.raw),
 		Ranks:        c.Size(),
 		RepeatsScale: o.scale,

@@ -17,7 +17,10 @@
 #   RUNS           rounds, >= 1 (default 3): each round runs every side once,
 #                  in turn, so the sides interleave and share the machine's
 #                  moods; each cell is the median of the rounds' medians,
-#                  with the smallest and largest in brackets
+#                  with the smallest and largest in brackets; with 2 or
+#                  more, the paired columns give the median over the rounds
+#                  of each round's own ratio, which the machine's swings
+#                  between rounds do not move
 #   SHM            1 (default) also runs the shared-memory columns; 0 not
 #   REPEATS_SCALE  multiply every workload's repeats by this, 0 < F <= 1000
 #                  (default 1; starbench's --repeats-scale)
@@ -193,7 +196,8 @@ load_end=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 echo "# compare-mpi $(date -u +%Y-%m-%dT%H:%M:%SZ)  ranks=$RANKS  runs=$RUNS (interleaved)  repeats-scale=$REPEATS_SCALE  $(go env GOVERSION)  ${mpi_lib:-MPI} (tcp,self on lo; vader,self)"
 echo "# processor: $cpu_model  cpus=$cpus  load average: $load_start at the start, $load_end at the end"
 echo "# each cell: the median of the $RUNS runs' medians [the smallest - the largest]; ratios: median over median"
-awk -v shm="$SHM" '
+((RUNS < 2)) || echo "# paired: the median of the runs' own ratios (each run's sides share the machine's mood of that moment, which moves between runs)"
+awk -v shm="$SHM" -v runs="$RUNS" '
 	function human(ns) {
 		if (ns == "") return "-"
 		if (ns < 1e3) return sprintf("%d ns", ns)
@@ -233,6 +237,19 @@ awk -v shm="$SHM" '
 	function ratio(a, b) {
 		return (a != "" && b != "" && a > 0 && b > 0) ? sprintf("%.2f", a / b) : "-"
 	}
+	# the median over the runs of the ratio of side a to side b in each run ("-"
+	# unless both sides have a positive figure from every run)
+	function paired(a, b, w,    ka, kb, c, i, j, t, r) {
+		ka = a SUBSEP w; kb = b SUBSEP w
+		c = count[ka]
+		if (c < 2 || count[kb] != c) return "-"
+		for (i = 1; i <= c; i++) {
+			if (!(v[ka, i] > 0 && v[kb, i] > 0)) return "-"
+			r[i] = v[ka, i] / v[kb, i]
+		}
+		for (i = 2; i <= c; i++) for (j = i; j > 1 && r[j - 1] > r[j]; j--) { t = r[j]; r[j] = r[j - 1]; r[j - 1] = t }
+		return sprintf("%.2f", (c % 2) ? r[(c + 1) / 2] : (r[c / 2] + r[c / 2 + 1]) / 2)
+	}
 	# right-align s in width columns; "µ" is one column but two bytes
 	# to a byte-counting awk (mawk), so widen by length("µ") - 1
 	function pad(s, width,    k, t, extra) {
@@ -251,6 +268,7 @@ awk -v shm="$SHM" '
 		if (shm) { h[5] = "starcomm shm"; h[6] = "MPI shm"; nc = 6 }
 		h[++nc] = "starcomm/raw"; h[++nc] = "starcomm/MPI"
 		if (shm) h[++nc] = "shm/MPI shm"
+		if (runs > 1) { h[++nc] = "paired s/raw"; h[++nc] = "paired s/MPI" }
 		row(h, nc)
 		for (i = 1; i <= n; i++) {
 			w = order[i]
@@ -261,6 +279,7 @@ awk -v shm="$SHM" '
 			c[++k] = ratio(med("star", w), med("raw", w))
 			c[++k] = ratio(med("star", w), med("mpi", w))
 			if (shm) c[++k] = ratio(med("shm", w), med("mpishm", w))
+			if (runs > 1) { c[++k] = paired("star", "raw", w); c[++k] = paired("star", "mpi", w) }
 			row(c, k)
 		}
 		for (i = 1; i <= nm; i++) if (!(mpiorder[i] in seen)) print mpiorder[i] ": in the MPI results only"

@@ -41,9 +41,12 @@ type admission struct {
 	cfg      Config
 	begun    time.Time // when start-up began
 	deadline time.Time // the end of ConnectTimeout (or of the caller's context)
-	events   chan event
-	done     chan struct{} // closed when run has decided: reporters stop
-	wg       sync.WaitGroup
+	// callerDeadline is set when the caller's context has a deadline
+	// before the end of ConnectTimeout: that deadline is then start-up's.
+	callerDeadline bool
+	events         chan event
+	done           chan struct{} // closed when run has decided: reporters stop
+	wg             sync.WaitGroup
 
 	// started is set once every worker has registered: with a token, a
 	// Handshake that comes later is refused (its job is running) without
@@ -164,10 +167,14 @@ const (
 // 1..size-1, indexed by rank (links[0] is nil), each Acked, and the
 // admission, which the coordinator serves on (see serve) or stops.
 func admit(ctx context.Context, cfg Config) (*admission, []*link, error) {
+	begun := time.Now()
+	parent, hasParent := ctx.Deadline()
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	a := &admission{cfg: cfg, begun: time.Now(), deadline: deadline, events: make(chan event), done: make(chan struct{}), closed: make(chan struct{}),
+	// WithTimeout keeps the parent's deadline, exactly, when it is earlier.
+	callerDeadline := hasParent && parent.Equal(deadline)
+	a := &admission{cfg: cfg, begun: begun, deadline: deadline, callerDeadline: callerDeadline, events: make(chan event), done: make(chan struct{}), closed: make(chan struct{}),
 		open: map[transport.Conn]bool{}, slots: make([]*slot, cfg.Size), controls: make([]bool, cfg.Size),
 		sessions: sessionWatch{change: make(chan struct{}), setting: make([]bool, cfg.Size)}}
 	a.wg.Add(1)
@@ -677,7 +684,7 @@ func (a *admission) missing(cause error) error {
 		}
 	}
 	within := a.cfg.ConnectTimeout.String()
-	if !errors.Is(cause, context.DeadlineExceeded) || a.deadline.Before(a.begun.Add(a.cfg.ConnectTimeout)) {
+	if !errors.Is(cause, context.DeadlineExceeded) || a.callerDeadline {
 		// The caller's context ended start-up, not ConnectTimeout.
 		within = time.Since(a.begun).Round(time.Millisecond).String() + ", when the caller's context ended start-up"
 	}

@@ -326,6 +326,22 @@ func TestStartupEndedByCaller(t *testing.T) {
 	}
 }
 
+// TestStartupConnectTimeoutRealClock: on the real clock (where the
+// start-up's own deadline is computed a moment before anything else), a
+// start-up that ConnectTimeout ends names ConnectTimeout, not the caller.
+func TestStartupConnectTimeoutRealClock(t *testing.T) {
+	ln, err := pipe.NewNetwork().Listen("c")
+	require.NoError(t, err)
+	cfg := star.DefaultConfig()
+	cfg.Rank, cfg.Size, cfg.Listener, cfg.ConnectTimeout = 0, 3, ln, 50*time.Millisecond
+	_, err = star.New(context.Background(), cfg)
+	var ife *comm.InitializationFailedError
+	require.ErrorAs(t, err, &ife)
+	assert.Contains(t, err.Error(), "0 of 2 workers registered within 50ms; missing ranks [1 2]")
+	assert.NotContains(t, err.Error(), "caller's context")
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
 // TestDialRefused: a worker with nobody listening fails with
 // InitializationFailed keeping ECONNREFUSED.
 func TestDialRefused(t *testing.T) {

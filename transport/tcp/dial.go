@@ -268,7 +268,7 @@ func checkAddr(addr string) error {
 	if host == "" {
 		return fmt.Errorf("tcp: dial %q: %w: missing host; want host:port", addr, ErrInvalidAddress)
 	}
-	if err := checkHost(host); err != nil {
+	if err := CheckHost(host); err != nil {
 		return fmt.Errorf("tcp: dial %q: %w: %v", addr, ErrInvalidAddress, err)
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
@@ -277,11 +277,15 @@ func checkAddr(addr string) error {
 	return nil
 }
 
-// checkHost accepts an IP address (IPv6 with or without a zone) or a
-// well-formed host name (see hostname.Check). Such a name may not resolve
-// yet, and Dial waits for it; anything else never will, and Dial says so
-// at once.
-func checkHost(host string) error {
+// CheckHost returns nil for an IP address (IPv6 with or without a zone,
+// without brackets) or a well-formed host name: at most 253 characters in
+// dot-separated labels of 1 to 63 letters, digits, '-' and '_', none
+// starting or ending with '-', and not all digits and dots. Such a name
+// may not resolve yet, and Dial waits for it; anything else never will:
+// Dial refuses it at once with ErrInvalidAddress, and the configuration
+// refuses it as a coordinator or bind address. The error says what is
+// wrong.
+func CheckHost(host string) error {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return nil
 	}

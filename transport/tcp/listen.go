@@ -42,8 +42,10 @@ func (e *AddrInUseError) Unwrap() error { return e.Err }
 
 // Listen listens on cfg.BindAddr at port; port 0 picks a free port, which
 // Port then reports. It returns the Config's validation error for an invalid
-// cfg, an *AddrInUseError when the address is taken, and the net package's
-// error for any other failure.
+// cfg, an *AddrInUseError when the address is taken, an error saying that
+// the bind address is not one of this host's (wrapping
+// syscall.EADDRNOTAVAIL) or does not resolve (wrapping the *net.DNSError),
+// and the net package's error for any other failure.
 func Listen(cfg Config, port int) (*Listener, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -58,8 +60,14 @@ func Listen(cfg Config, port int) (*Listener, error) {
 	}
 	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
+		var dnsErr *net.DNSError
+		switch {
+		case errors.Is(err, syscall.EADDRINUSE):
 			return nil, &AddrInUseError{Addr: addr, Err: err}
+		case errors.Is(err, syscall.EADDRNOTAVAIL):
+			return nil, fmt.Errorf("tcp: listen on %s: %s is not an address of this host's (the bind address, BindAddr or COBRE_TCP_BIND_ADDR: 0.0.0.0 or :: for every interface, or an address one of this host's interfaces has): %w", addr, cfg.BindAddr, err)
+		case errors.As(err, &dnsErr):
+			return nil, fmt.Errorf("tcp: listen on %s: the bind address %q does not resolve (BindAddr or COBRE_TCP_BIND_ADDR: 0.0.0.0 or :: for every interface, or one of this host's addresses or names): %w", addr, cfg.BindAddr, err)
 		}
 		return nil, err
 	}

@@ -195,6 +195,30 @@ func TestListenAddrInUse(t *testing.T) {
 	}
 }
 
+// TestListenNotThisHost binds to an address no interface of this host has
+// (192.0.2.1, TEST-NET-1): the error names the bind address, says it is
+// not this host's, and wraps EADDRNOTAVAIL.
+func TestListenNotThisHost(t *testing.T) {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_nonlocal_bind"); err == nil && strings.TrimSpace(string(b)) != "0" {
+		t.Skip("net.ipv4.ip_nonlocal_bind is set: any address can be bound")
+	}
+	cfg := testConfig()
+	cfg.BindAddr = "192.0.2.1"
+	l, err := Listen(cfg, 0)
+	if err == nil {
+		l.Close()
+		t.Fatal("Listen on 192.0.2.1 succeeded")
+	}
+	if !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		t.Errorf("error %v does not wrap syscall.EADDRNOTAVAIL", err)
+	}
+	for _, want := range []string{"192.0.2.1 is not an address of this host's", "COBRE_TCP_BIND_ADDR"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
 func TestListenRejects(t *testing.T) {
 	bad := testConfig()
 	bad.Timeout = 0

@@ -347,8 +347,21 @@ func joinErrors(errs []error) error {
 }
 
 // ConfigFromEnv reads the COBRE_* variables from the process environment
-// (os.Environ). See ConfigFromEnviron.
-func ConfigFromEnv() (Config, error) { return ConfigFromEnviron(os.Environ()) }
+// (os.Environ). See ConfigFromEnviron. When it fails and COBRE_ERROR_FILE
+// is set, it also records the error there (as New records a start-up
+// failure), blaming this rank, so that a launcher names a rank whose
+// configuration was refused, whatever the program does next.
+func ConfigFromEnv() (Config, error) {
+	cfg, err := ConfigFromEnviron(os.Environ())
+	if err != nil {
+		path := cfg.ErrorFile
+		if path == "" {
+			path = strings.TrimSpace(os.Getenv(EnvErrorFile))
+		}
+		recordFailure(path, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
+	}
+	return cfg, err
+}
 
 // ConfigFromEnviron reads the COBRE_* variables from environ, a list of
 // "NAME=value" entries as os.Environ returns (a later entry for the same
@@ -441,7 +454,7 @@ func configFromVars(lookup func(string) (string, bool)) (Config, []error) {
 		if err := v.parse(&c, s); err != nil {
 			var na notAllowed
 			if errors.As(err, &na) {
-				err = &InvalidConfigurationError{Var: src.name(v.name), Value: shownValue(v.name, s), Allowed: string(na) + src.note(v.name)}
+				err = &InvalidConfigurationError{Var: src.name(v.name), Value: shownValue(v.name, s), Allowed: src.rename(string(na)) + src.note(v.name)}
 			}
 			bad[v.name] = err
 		}
@@ -491,9 +504,9 @@ type rankProblem struct {
 }
 
 // rankRules checks the rules that tie Rank, Size and Backend together
-// (and, for tcp, Token and TokenFile), and the TLS files' all-or-none
-// rule, for backend b; name writes a
-// variable's name as the error shows it.
+// (and, for tcp, Token and TokenFile), the TLS files' all-or-none rule,
+// and Debug's need of the control session (Liveness), for backend b; name
+// writes a variable's name as the error shows it.
 func (c Config) rankRules(b string, name func(string) string) []rankProblem {
 	var ps []rankProblem
 	if b == BackendTCP && len(c.Token) > 0 && c.TokenFile != "" {
@@ -518,6 +531,10 @@ func (c Config) rankRules(b string, name func(string) string) []rankProblem {
 	}
 	if b == BackendTCP {
 		ps = append(ps, c.tlsRules(name)...)
+		if strings.EqualFold(c.Debug, DebugDetail) && c.Liveness == 0 {
+			// The collective check runs over the control session.
+			ps = append(ps, rankProblem{EnvDebug, fmt.Sprintf("%s needs the control session, which %s=0 turns off: set %s above 0, or %s to %s", DebugDetail, name(EnvLivenessSecs), name(EnvLivenessSecs), name(EnvDebug), DebugOff), []string{EnvDebug, EnvLivenessSecs}})
+		}
 	}
 	return ps
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net"
 	"os"
@@ -431,8 +432,15 @@ func TestConfigBackendRules(t *testing.T) {
 		{env: []string{"COBRE_TCP_SIZE=1", "COBRE_TCP_RANK=1"}, invalid: "COBRE_TCP_RANK"},
 		{env: []string{"COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=one"}, invalid: "COBRE_TCP_RANK"},
 		{env: []string{"COBRE_TCP_SIZE=four", "COBRE_TCP_RANK=0"}, invalid: "COBRE_TCP_SIZE",
-			msg: `starcomm: invalid COBRE_TCP_SIZE="four": not an integer; must be an integer >= 1`},
+			msg: `starcomm: invalid COBRE_TCP_SIZE="four": not an integer; must be an integer >= 1 (at most 1048576 with the tcp backend, 32768 with shm)`},
+		{env: []string{"COBRE_TCP_SIZE=2147483648", "COBRE_TCP_RANK=0"}, invalid: "COBRE_TCP_SIZE",
+			msg: `starcomm: invalid COBRE_TCP_SIZE="2147483648": must be an integer >= 1 (at most 1048576 with the tcp backend, 32768 with shm)`},
 		{env: []string{"COBRE_TCP_SIZE=0"}, invalid: "COBRE_TCP_SIZE"},
+		// The collective check needs the control session.
+		{env: []string{"COBRE_TCP_SIZE=2", "COBRE_TCP_RANK=0", "COBRE_DEBUG=detail", "COBRE_TCP_LIVENESS_SECS=0"}, invalid: "COBRE_DEBUG",
+			msg: `starcomm: invalid COBRE_DEBUG="detail": detail needs the control session, which COBRE_TCP_LIVENESS_SECS=0 turns off: set COBRE_TCP_LIVENESS_SECS above 0, or COBRE_DEBUG to off`},
+		{env: []string{"COBRE_TCP_SIZE=2", "COBRE_TCP_RANK=0", "COBRE_DEBUG=detail", "COBRE_TCP_LIVENESS_SECS=0.5"}, backend: "tcp"},
+		{env: []string{"COBRE_TCP_SIZE=2", "COBRE_TCP_RANK=0", "COBRE_DEBUG=off", "COBRE_TCP_LIVENESS_SECS=0"}, backend: "tcp"},
 		{env: []string{"COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=0", "COBRE_TCP_PORT=0"}, invalid: "COBRE_TCP_PORT"},
 		// auto, what was already so
 		{env: nil, backend: "local"},
@@ -535,6 +543,8 @@ func TestConfigValidateRules(t *testing.T) {
 		{"Backend=tcp,Rank=-1", with(func(c *starcomm.Config) { c.Backend, c.Rank = "tcp", -1 }), "tcp", []string{"Rank"}, ""},
 		{"Backend=tcp,Size=2,Rank=1,Port=0", with(func(c *starcomm.Config) { c.Backend, c.Size, c.Rank, c.Coordinator, c.Port = "tcp", 2, 1, "h", 0 }), "tcp", []string{"Port"}, ""},
 		{"Backend=tcp,Port=0", with(func(c *starcomm.Config) { c.Backend, c.Port = "tcp", 0 }), "tcp", nil, ""},
+		{"Size=2,Debug=detail,Liveness=0", with(func(c *starcomm.Config) { c.Size, c.Debug, c.Liveness = 2, "detail", 0 }), "tcp", []string{"Debug"},
+			`starcomm: invalid Debug="detail": detail needs the control session, which Liveness=0 turns off: set Liveness above 0, or Debug to off`},
 		{"Backend=tcp,Port=-1,Timeout=0,ConnectTimeout=-1s,Spin=-1ns", with(func(c *starcomm.Config) {
 			c.Backend, c.Port, c.Timeout, c.ConnectTimeout, c.Spin = "tcp", -1, 0, -time.Second, -1
 		}), "tcp", []string{"Port", "Timeout", "ConnectTimeout", "Spin"}, ""},
@@ -756,7 +766,9 @@ func TestConfigFromEnvReadsEnviron(t *testing.T) {
 // TestConfigHosts: COBRE_TCP_COORDINATOR and COBRE_TCP_BIND_ADDR take a
 // host name or IP address without a port; an IPv6 address may keep its
 // brackets, which are dropped. A port, a URL, brackets around another
-// thing or a ':' that does not make an IPv6 address is an
+// thing, a ':' that does not make an IPv6 address, or anything else that
+// is neither an IP address nor a well-formed host name (what a worker's
+// dial refuses, rank 0 refuses too) is an
 // InvalidConfigurationError naming the variable and saying what is wrong,
 // both from the environment and from Validate.
 func TestConfigHosts(t *testing.T) {
@@ -780,6 +792,13 @@ func TestConfigHosts(t *testing.T) {
 		{"1:2:3", "", "neither a host name"},
 		{"node 0", "", "white space or a slash"},
 		{"node0/24", "", "white space or a slash"},
+		// What a worker's dial refuses, rank 0 refuses too.
+		{"node0!", "", `"node0!" is not a host name: '!' is not a letter, digit, '-' or '_'`},
+		{"999.1.1.1", "", `"999.1.1.1" is not a valid IPv4 address`},
+		{"-node0", "", "neither starts nor ends with '-'"},
+		{"a..b", "", "each dot-separated label has 1 to 63 characters"},
+		{"node0.", "node0.", ""},
+		{"node_0.example", "node_0.example", ""},
 	} {
 		for _, v := range []struct{ env, field string }{{"COBRE_TCP_COORDINATOR", "Coordinator"}, {"COBRE_TCP_BIND_ADDR", "BindAddr"}} {
 			t.Run(v.env+"="+tc.value, func(t *testing.T) {
@@ -932,6 +951,43 @@ func TestConfigREADMETable(t *testing.T) {
 	if !assert.Equal(t, want, table, "README.md's configuration table, row for row, vs the table of variables") {
 		t.Logf("generated rows:\n%s", starcomm.ConfigMarkdown())
 	}
+}
+
+// TestConfigFromEnvRecordsFailure: a configuration ConfigFromEnv refuses
+// is recorded in COBRE_ERROR_FILE, blaming this rank, with the message it
+// returns: a program that reads the variables and then adjusts the Config
+// before New (as starbench does) still lets its launcher name the rank.
+func TestConfigFromEnvRecordsFailure(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "COBRE_") {
+			t.Setenv(k, "") // blank: unset for starcomm
+		}
+	}
+	path := filepath.Join(t.TempDir(), "rank.json")
+	t.Setenv("COBRE_ERROR_FILE", path)
+	t.Setenv("COBRE_TCP_RANK", "1")
+	t.Setenv("COBRE_TCP_SIZE", "3")
+	t.Setenv("COBRE_TCP_COORDINATOR", "node0")
+	t.Setenv("COBRE_TCP_PORT", "abc")
+	_, err := starcomm.ConfigFromEnv()
+	var ic *starcomm.InvalidConfigurationError
+	require.ErrorAs(t, err, &ic)
+	assert.Equal(t, "COBRE_TCP_PORT", ic.Var)
+	rec, rerr := errfile.Read(path)
+	require.NoError(t, rerr, "no error record")
+	assert.Equal(t, err.Error(), rec.Message)
+	assert.Equal(t, 1, rec.Rank)
+	assert.Equal(t, 1, rec.Blamed, "the record blames this rank")
+	assert.Equal(t, 3, rec.Size)
+	assert.Equal(t, star.OpStartup, rec.Op)
+
+	// A configuration that is fine leaves no record.
+	t.Setenv("COBRE_TCP_PORT", "29500")
+	require.NoError(t, os.Remove(path))
+	_, err = starcomm.ConfigFromEnv()
+	require.NoError(t, err)
+	_, err = os.Stat(path)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "a record without a failure")
 }
 
 // TestNewRecordsStartupFailure: a start-up that fails before the backend

@@ -17,6 +17,7 @@ import (
 
 	"github.com/starcomm/starcomm/shm"
 	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/transport/tcp"
 )
 
 // variables is the table of the COBRE_* variables: one row per variable,
@@ -34,7 +35,7 @@ var variables = []variable{
 		meaning: "rank 0's TCP port, 1..65535, the same on every rank"},
 	{name: EnvRank, field: "Rank", reads: ranked, need: requiredByRanked, check: rule(func(c Config) bool { return c.Rank >= 0 }, "must be >= 0"), codec: whole(0, math.MaxInt32, "must be an integer >= 0 and < "+EnvSize, func(c *Config) *int { return &c.Rank }),
 		meaning: "this process's rank, 0..size-1; 0 is the coordinator (`tcp`) or the leader of shared-memory regions (`shm`). Unset: the rank and size of the launcher that started the process (`OMPI_COMM_WORLD_RANK`, `SLURM_PROCID`, `JOB_COMPLETION_INDEX`; see \"Rank and size from Slurm, Kubernetes or mpirun\")"},
-	{name: EnvSize, field: "Size", reads: ranked, need: requiredByRanked, check: sizeAtLeast1, codec: whole(1, math.MaxInt32, "must be an integer >= 1", func(c *Config) *int { return &c.Size }),
+	{name: EnvSize, field: "Size", reads: ranked, need: requiredByRanked, check: sizeAtLeast1, codec: whole(1, math.MaxInt32, fmt.Sprintf("must be an integer >= 1 (at most %d with the tcp backend, %d with shm)", star.MaxSize, shm.MaxSize), func(c *Config) *int { return &c.Size }),
 		meaning: "number of ranks, >= 1, the same on every rank; at most 1048576 (`tcp`) or 32768 (`shm`)"},
 	{name: EnvTimeoutSecs, field: "Timeout", reads: tcpOnly, check: atLeast(func(c Config) time.Duration { return c.Timeout }, minTimeout), codec: seconds(minTimeout, func(c *Config) *time.Duration { return &c.Timeout }),
 		meaning: "timeout of collectives, in seconds (decimals allowed, 0.001..31536000: 1 ms to a year): a read or write, polled or not, that makes no progress this long declares the peer failed. A worker's `Close` waits at most this long for rank 0's Shutdown (less when its control session finds rank 0 unresponsive or gone first). Also TCP_USER_TIMEOUT (capped at its 24.8-day maximum)"},
@@ -58,8 +59,8 @@ var variables = []variable{
 		meaning: "starcomm's addition: PEM file of the CA certificate(s) that sign every rank's certificate: rank 0 accepts only workers with a certificate the CA signed, and workers only such a rank 0"},
 	{name: EnvLog, field: "Log", check: oneOf(func(c Config) string { return c.Log }, LogOff, "error", "warn", "info", "debug"), codec: choice([]string{LogOff, "error", "warn", "info", "debug"}, func(c *Config) *string { return &c.Log }),
 		meaning: "starcomm's addition: the level of the library's log on standard error: `off`, `error`, `warn` (stall reports: what a waiting collective waits for), `info` or `debug` (control sessions)"},
-	{name: EnvDebug, field: "Debug", reads: tcpOnly, check: debugNeedsControl, codec: choice([]string{DebugOff, DebugDetail}, func(c *Config) *string { return &c.Debug }),
-		meaning: "starcomm's addition: `detail` compares every rank's arguments to every collective (operation, element type, counts or length, root, reduce op) before its data, and fails every rank, naming the one that differs, on a mismatch the wire cannot show; it costs a message per rank per collective. Only the `tcp` backend reads it (the `shm` backend compares every collective's arguments always)"},
+	{name: EnvDebug, field: "Debug", reads: tcpOnly, check: oneOf(func(c Config) string { return c.Debug }, DebugOff, DebugDetail), codec: choice([]string{DebugOff, DebugDetail}, func(c *Config) *string { return &c.Debug }),
+		meaning: "starcomm's addition: `detail` compares every rank's arguments to every collective (operation, element type, counts or length, root, reduce op) before its data, and fails every rank, naming the one that differs, on a mismatch the wire cannot show; it costs a message per rank per collective, and needs the control session (not with `COBRE_TCP_LIVENESS_SECS=0`). Only the `tcp` backend reads it (the `shm` backend compares every collective's arguments always)"},
 	{name: EnvToken, field: "Token", reads: tcpOnly, codec: tokenText, setBlank: blankToken,
 		meaning: "starcomm's addition: the job's shared secret, the same on every rank (surrounding white space ignored; set but blank is an error, not a way to turn authentication off; use a long random one, such as `openssl rand -hex 32`). Rank 0 then registers a worker, and accepts its control session, only once it has answered a challenge (a fresh random nonce) with an HMAC-SHA256 keyed with the token; the token never crosses the wire and never appears in a message or log. Every rank must then be starcomm and have the token. It authenticates ranks; it does not encrypt. See \"Authentication\""},
 	{name: EnvTokenFile, field: "TokenFile", reads: tcpOnly, codec: tokenFile, setBlank: blankTokenFile,
@@ -336,8 +337,10 @@ func hostOK(get func(Config) string) func(string, Config) string {
 
 // checkHost returns s as a host to dial or bind, an IPv6 address's
 // brackets removed, or what is wrong with it: a port (it is
-// COBRE_TCP_PORT), a URL, or a ':' that does not make an IPv6 address.
-// Names are not looked up here (a worker retries one that does not
+// COBRE_TCP_PORT), a URL, a ':' that does not make an IPv6 address, or
+// anything else that is not an IP address or a well-formed host name
+// (tcp.CheckHost: what a worker's dial refuses, so that rank 0 refuses it
+// too). Names are not looked up here (a worker retries one that does not
 // resolve yet).
 func checkHost(s string) (string, string) {
 	if inner, ok := strings.CutPrefix(s, "["); ok {
@@ -360,6 +363,10 @@ func checkHost(s string) (string, string) {
 		}
 	case strings.ContainsAny(s, " \t/\\"):
 		return s, "is not a host name or IP address: it holds white space or a slash"
+	default:
+		if err := tcp.CheckHost(s); err != nil {
+			return s, "must be a host name or IP address: " + err.Error()
+		}
 	}
 	return s, ""
 }
@@ -561,17 +568,6 @@ func oneOf(field func(Config) string, values ...string) func(string, Config) str
 		}
 		return ""
 	}
-}
-
-// debugNeedsControl: the collective check runs over the control session.
-func debugNeedsControl(b string, c Config) string {
-	if msg := oneOf(func(c Config) string { return c.Debug }, DebugOff, DebugDetail)(b, c); msg != "" {
-		return msg
-	}
-	if strings.EqualFold(c.Debug, DebugDetail) && c.Liveness == 0 {
-		return "detail needs the control session, which " + EnvLivenessSecs + "=0 turns off"
-	}
-	return ""
 }
 
 func portInRange(_ string, c Config) string {

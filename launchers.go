@@ -53,6 +53,16 @@ func (s *rankSource) name(n string) string {
 	return n
 }
 
+// rename writes, in msg, the names of the rank and size variables as the
+// ones read in their place (SLURM_NTASKS for COBRE_TCP_SIZE, say): errors
+// name the variable that was read.
+func (s *rankSource) rename(msg string) string {
+	for _, n := range []string{EnvRank, EnvSize} {
+		msg = strings.ReplaceAll(msg, n, s.name(n))
+	}
+	return msg
+}
+
 // note explains, for an error about the rank or size, where they came from.
 func (s *rankSource) note(n string) string {
 	if s == nil || s.names[n] == "" {

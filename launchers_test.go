@@ -114,7 +114,9 @@ func TestConfigLauncherBadValues(t *testing.T) {
 		says    []string
 	}{
 		{"slurm/rank=not-a-number", map[string]string{"SLURM_PROCID": "x", "SLURM_NTASKS": "4"}, "SLURM_PROCID", "x",
-			[]string{"not an integer", "rank x from SLURM_PROCID", "COBRE_TCP_RANK is unset"}},
+			[]string{"not an integer; must be an integer >= 0 and < SLURM_NTASKS", "rank x from SLURM_PROCID", "COBRE_TCP_RANK is unset"}},
+		{"slurm/rank=negative", map[string]string{"SLURM_PROCID": "-1", "SLURM_NTASKS": "4"}, "SLURM_PROCID", "-1",
+			[]string{": must be an integer >= 0 and < SLURM_NTASKS (rank -1"}},
 		{"slurm/rank>=size", map[string]string{"SLURM_PROCID": "5", "SLURM_NTASKS": "4"}, "SLURM_PROCID", "5",
 			[]string{"must be < SLURM_NTASKS (4)", "rank 5 from SLURM_PROCID, size 4 from SLURM_NTASKS"}},
 		{"slurm/size=0", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "0"}, "SLURM_NTASKS", "0",

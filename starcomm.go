@@ -24,13 +24,8 @@ import (
 // recorded in COBRE_ERROR_FILE (when set) like any other failure of this
 // rank, so that the launcher names this rank and the error.
 func FromEnv(ctx context.Context) (comm.Communicator, error) {
-	cfg, err := ConfigFromEnv()
+	cfg, err := ConfigFromEnv() // records its error for the launcher
 	if err != nil {
-		path := cfg.ErrorFile
-		if path == "" {
-			path = strings.TrimSpace(os.Getenv(EnvErrorFile))
-		}
-		recordFailure(path, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
 		return nil, err
 	}
 	return New(ctx, cfg)

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,6 +36,7 @@ import (
 	"time"
 
 	"github.com/starcomm/starcomm/transport/mtls"
+	"github.com/starcomm/starcomm/transport/tcp"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -78,21 +80,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case (*caCert == "") != (*caKey == ""):
 		return bad("-ca-cert and -ca-key go together")
 	}
-	if err := write(*dir, *ranks, splitHosts(*hosts), time.Duration(*days)*24*time.Hour, *caCert, *caKey, stdout); err != nil {
+	names, err := splitHosts(*hosts)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if err := write(*dir, *ranks, names, time.Duration(*days)*24*time.Hour, *caCert, *caKey, stdout); err != nil {
 		fmt.Fprintf(stderr, "starcert: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func splitHosts(s string) []string {
+// splitHosts returns the names and addresses of -hosts, or an error
+// naming the first that no worker could dial (it would only make a
+// certificate that no connection accepts): each is an IP address (an IPv6
+// one with or without brackets), a host name as COBRE_TCP_COORDINATOR
+// takes it, or such a name under a wildcard ("*.jobs.example.org").
+func splitHosts(s string) ([]string, error) {
 	var hosts []string
 	for _, h := range strings.Split(s, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			hosts = append(hosts, h)
+		if h = strings.TrimSpace(h); h == "" {
+			continue
 		}
+		if inner, ok := strings.CutPrefix(h, "["); ok && strings.HasSuffix(inner, "]") {
+			h = strings.TrimSuffix(inner, "]")
+		}
+		name := strings.TrimPrefix(h, "*.")
+		if err := tcp.CheckHost(name); err != nil {
+			return nil, fmt.Errorf("-hosts: %v (each entry is a host name or IP address that workers dial to reach rank 0)", err)
+		}
+		if name != h && net.ParseIP(name) != nil {
+			return nil, fmt.Errorf("-hosts: %q: a wildcard goes before a host name, not an IP address", h)
+		}
+		hosts = append(hosts, h)
 	}
-	return hosts
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("-hosts must name at least one host name or IP address (got %q): the names workers dial to reach rank 0", s)
+	}
+	return hosts, nil
 }
 
 // write makes (or loads) the CA and the rank certificates and writes them.

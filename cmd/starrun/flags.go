@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/starcomm/starcomm/internal/launch"
+	"github.com/starcomm/starcomm/transport/tcp"
 )
 
 // Exit codes of starrun's own failures; see the package documentation for the
@@ -82,6 +85,10 @@ func parseArgs(args []string) (config, error) {
 		return config{}, fmt.Errorf("--timeout must be a number of seconds in %s, got %s", launch.TimeoutRange, cfg.timeoutText)
 	case given["bind"] && cfg.bind == "":
 		return config{}, errors.New("--bind must not be empty")
+	case given["bind"]:
+		if err := checkBind(cfg.bind); err != nil {
+			return config{}, err
+		}
 	case cfg.grace < 0:
 		return config{}, fmt.Errorf("--grace must not be negative, got %v", cfg.grace)
 	case cfg.settle < 0:
@@ -91,6 +98,23 @@ func parseArgs(args []string) (config, error) {
 	}
 	cfg.command = fs.Args()
 	return cfg, nil
+}
+
+// checkBind refuses a --bind value that rank 0 could never listen on: one
+// with a port (that is --port), or one that is neither an IP address (an
+// IPv6 one with or without brackets) nor a well-formed host name.
+func checkBind(bind string) error {
+	if _, port, err := net.SplitHostPort(bind); err == nil {
+		return fmt.Errorf("--bind takes an address without a port (give the port with --port %s), got %q", port, bind)
+	}
+	host := bind
+	if inner, ok := strings.CutPrefix(bind, "["); ok {
+		host = strings.TrimSuffix(inner, "]")
+	}
+	if err := tcp.CheckHost(host); err != nil {
+		return fmt.Errorf("--bind must be an IP address or host name of this host: %v", err)
+	}
+	return nil
 }
 
 // floatText is a flag holding a float64 (any form strconv.ParseFloat

@@ -37,6 +37,10 @@ func TestUsageErrors(t *testing.T) {
 		{name: "flag=timeout/beyond-float64", args: []string{"-n", "2", "--timeout", "1e400", "--", "prog"}, want: "got 1e400\n"},
 		{name: "flag=timeout/not-a-number", args: []string{"-n", "2", "--timeout", "soon", "--", "prog"}, want: "-timeout"},
 		{name: "flag=bind/empty", args: []string{"-n", "2", "--bind", "", "--", "prog"}, want: "--bind must not be empty"},
+		{name: "flag=bind/with-port", args: []string{"-n", "2", "--bind", "127.0.0.1:80", "--", "prog"}, want: `--bind takes an address without a port (give the port with --port 80), got "127.0.0.1:80"`},
+		{name: "flag=bind/ipv6-with-port", args: []string{"-n", "2", "--bind", "[::1]:80", "--", "prog"}, want: "--bind takes an address without a port"},
+		{name: "flag=bind/not-a-name", args: []string{"-n", "2", "--bind", "node0!", "--", "prog"}, want: `--bind must be an IP address or host name of this host: "node0!" is not a host name`},
+		{name: "flag=bind/bad-ipv4", args: []string{"-n", "2", "--bind", "999.1.1.1", "--", "prog"}, want: `"999.1.1.1" is not a valid IPv4 address`},
 		{name: "flag=grace/negative", args: []string{"-n", "2", "--grace", "-1s", "--", "prog"}, want: "--grace must not be negative"},
 		{name: "flag=grace/not-a-duration", args: []string{"-n", "2", "--grace", "soon", "--", "prog"}, want: "-grace"},
 		{name: "flag=backend/unknown", args: []string{"-n", "2", "--backend", "mpi", "--", "prog"}, want: "--backend must be tcp or shm"},
@@ -113,6 +117,18 @@ func TestParseArgs(t *testing.T) {
 		{
 			name: "form=shm", args: []string{"-n", "4", "--backend", "shm", "--timeout", "5", "--", "prog"},
 			want: config{n: 4, backend: "shm", timeout: 5, grace: defaultGrace, command: []string{"prog"}},
+		},
+		{
+			name: "form=bind-ipv6", args: []string{"-n", "2", "--bind", "::1", "--", "prog"},
+			want: config{n: 2, bind: "::1", grace: defaultGrace, command: []string{"prog"}},
+		},
+		{
+			name: "form=bind-ipv6-brackets", args: []string{"-n", "2", "--bind", "[::]", "--", "prog"},
+			want: config{n: 2, bind: "[::]", grace: defaultGrace, command: []string{"prog"}},
+		},
+		{
+			name: "form=bind-name", args: []string{"-n", "2", "--bind", "localhost", "--", "prog"},
+			want: config{n: 2, bind: "localhost", grace: defaultGrace, command: []string{"prog"}},
 		},
 		{
 			name: "form=zero-grace", args: []string{"-n", "2", "--grace", "0", "--", "prog"},

@@ -261,12 +261,16 @@ func Run(cfg Config) (res Result) {
 	}
 	defer os.RemoveAll(errDir)
 	port := cfg.Port
+	bindFrom := "" // where an inherited bind address came from, for messages
 	base := cfg.Env
 	if base == nil {
 		base = os.Environ()
 	}
 	switch cfg.Backend {
 	case "", BackendTCP:
+		if cfg.Bind == "" && lookupEnv(base, "COBRE_TCP_BIND_ADDR") != "" {
+			bindFrom = " (COBRE_TCP_BIND_ADDR, inherited from the environment)"
+		}
 		cfg.Bind = bindAddr(base, &cfg)
 	case BackendShm:
 		if cfg.ShmName == "" {
@@ -284,7 +288,7 @@ func Run(cfg Config) (res Result) {
 		if port == 0 {
 			p, err := freePort(host)
 			if err != nil {
-				j.printf("cannot pick a free port on %s: %v", host, err)
+				j.printf("cannot pick a free port on %s%s: %v", host, bindFrom, err)
 				return Result{Code: ExitLaunchError, SetupFailed: true}
 			}
 			port = p

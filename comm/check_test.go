@@ -53,6 +53,9 @@ func TestCheckAllgathervMessages(t *testing.T) {
 		{name: "send=wrong-length", rank: 1, send: 4, recv: 8, counts: []int{3, 5}, displs: []int{0, 3},
 			want:         want{size: true, msg: "comm: allgatherv: invalid buffer size (len(send) must equal counts[1]): expected 5 elements, got 4"},
 			wantExpected: 5},
+		{name: "send=wrong-length/one-expected", rank: 1, send: 0, recv: 4, counts: []int{3, 1}, displs: []int{0, 3},
+			want:         want{size: true, msg: "comm: allgatherv: invalid buffer size (len(send) must equal counts[1]): expected 1 element, got 0"},
+			wantExpected: 1},
 		{name: "regions=overlap", rank: 0, send: 2, recv: 4, counts: []int{2, 2}, displs: []int{1, 0},
 			want: want{msg: "comm: allgatherv: invalid argument: recv regions of rank 0 [1, 3) and rank 1 [0, 2) overlap"}},
 	}

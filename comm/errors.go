@@ -80,6 +80,9 @@ func (e *InvalidBufferSizeError) Error() string {
 	if e.Detail != "" {
 		what = " (" + e.Detail + ")"
 	}
+	if e.Expected == 1 {
+		unit = strings.TrimSuffix(unit, "s") // "expected 1 element"
+	}
 	return fmt.Sprintf("comm: %s: invalid buffer size%s: expected %d %s, got %d", e.Operation, what, e.Expected, unit, e.Actual)
 }
 

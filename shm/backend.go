@@ -153,10 +153,21 @@ type MissingRanksError struct {
 	// Err is the cause: os.ErrDeadlineExceeded, or the start-up abort of
 	// another rank.
 	Err error
+	// Size and Within, when Within is set (a wait that the connect
+	// timeout ended), are the job's size and that timeout, for the
+	// message.
+	Size   int
+	Within time.Duration
 }
 
-// Error lists the ranks that never joined, and why the wait ended.
+// Error lists the ranks that never joined, and why the wait ended: after
+// the connect timeout, how many joined within it and which setting bounds
+// it.
 func (e *MissingRanksError) Error() string {
+	if e.Within > 0 && e.Size > 0 {
+		return fmt.Sprintf("%d of %d ranks joined the segment within %v (the connect timeout, COBRE_TCP_CONNECT_TIMEOUT_MS); missing ranks %s: %v",
+			e.Size-len(e.Ranks), e.Size, e.Within, comm.FormatRanks(e.Ranks), e.Err)
+	}
 	return fmt.Sprintf("missing ranks %s: %v", comm.FormatRanks(e.Ranks), e.Err)
 }
 

@@ -272,7 +272,7 @@ func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) 
 			if w := atomic.LoadUint64(s.u64(hAbort)); w != 0 {
 				blamed, _, _, _ = unpackAbort(w)
 			}
-			return blamed, &MissingRanksError{Ranks: missing, Err: os.ErrDeadlineExceeded}
+			return blamed, &MissingRanksError{Ranks: missing, Err: os.ErrDeadlineExceeded, Size: c.size, Within: c.cfg.ConnectTimeout}
 		}
 		futexWait(joined, n, min(left, sleepSlice))
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -23,4 +24,8 @@ func TestMissingRanksMessage(t *testing.T) {
 	assert.Len(t, err.Ranks, 32767)
 	assert.True(t, errors.Is(err, os.ErrDeadlineExceeded))
 	assert.Equal(t, "missing ranks [1 3]: i/o timeout", (&shm.MissingRanksError{Ranks: []int{1, 3}, Err: os.ErrDeadlineExceeded}).Error())
+	// After the connect timeout: how many joined, within what, and the
+	// setting that bounds it.
+	assert.Equal(t, "2 of 4 ranks joined the segment within 2s (the connect timeout, COBRE_TCP_CONNECT_TIMEOUT_MS); missing ranks [1 3]: i/o timeout",
+		(&shm.MissingRanksError{Ranks: []int{1, 3}, Err: os.ErrDeadlineExceeded, Size: 4, Within: 2 * time.Second}).Error())
 }

@@ -720,6 +720,10 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 		return &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done during the collective", Err: ctx.Err()}
 	case errors.As(err, &le):
 		detail := fmt.Sprintf("%s frame from rank %d; ranks disagree on the buffer sizes", TagName(le.tag), peer)
+		if le.tag == TagAllreduceSend && le.got > 0 && le.expected > 0 {
+			// The lengths are the frame's payload: the op byte and the data.
+			detail = fmt.Sprintf("%s frame from rank %d: its payload is the reduce op's byte and then the data, here %d bytes of data where this rank has %d; ranks disagree on the buffer sizes", TagName(le.tag), peer, le.got-1, le.expected-1)
+		}
 		if le.got < 0 {
 			detail = fmt.Sprintf("frame from rank %d with LEN 0, no room for its tag (a corrupt stream: no rank sends it), where a %s frame was due", peer, TagName(le.tag))
 		}

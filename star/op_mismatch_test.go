@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/star"
@@ -101,5 +102,32 @@ func TestCountsMismatchSeenByOneRank(t *testing.T) {
 				assert.Contains(t, err.Error(), "rank 2 called allgatherv(float64, counts=[3,4,3,3]); ranks 0,1,3 called allgatherv(float64, counts=[3,3,3,3])", "rank %d", r)
 			}
 		})
+	})
+}
+
+// TestAllreduceLengthMismatchSaysDataBytes: rank 2 allreduces 5 float64,
+// the others 4. Rank 0 reads rank 2's AllreduceSend frame, whose payload is
+// the op byte and the data: the error's lengths are the payload's (33 and
+// 41 bytes), and its Detail gives the data's (32 and 40), so that the
+// figures match the callers' buffers.
+func TestAllreduceLengthMismatchSaysDataBytes(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := inBubble(t, 3, func(c *star.Config) { c.Timeout = time.Minute })
+		defer testkit.CloseAll(comms)
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			n := 4
+			if c.Rank() == 2 {
+				n = 5
+			}
+			return comm.Allreduce(context.Background(), c, make([]float64, n), make([]float64, n), comm.Sum)
+		})
+		var ibs *comm.InvalidBufferSizeError
+		require.ErrorAs(t, errs[0], &ibs, "rank 0: %v", errs[0])
+		assert.Equal(t, 33, ibs.Expected)
+		assert.Equal(t, 41, ibs.Actual)
+		assert.Contains(t, ibs.Detail, "AllreduceSend frame from rank 2: its payload is the reduce op's byte and then the data, here 40 bytes of data where this rank has 32")
+		for r := 1; r < 3; r++ {
+			assert.Error(t, errs[r], "rank %d", r)
+		}
 	})
 }

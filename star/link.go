@@ -266,6 +266,40 @@ func (l *link) ioErr(err error, write bool) error {
 	return err
 }
 
+// late reports whether err, a failed read's, is a deadline that passed
+// while this process, not the peer, was away: it saw the deadline at
+// least lateMin after it passed (the process was stopped, its VM paused,
+// or it was starved of CPU), and the peer's bytes wait unread in the
+// socket (they came, and no one read them). The link's read deadline is
+// then cleared, so that the next arm sets a fresh one, and the caller
+// reads on. A peer that sent nothing is failed as before; a peer that
+// hangs mid-frame while this process was away too is failed one timeout
+// later. A link that cannot tell what waits unread (see
+// transport.UnreadCounter) never reads on.
+func (l *link) late(err error) bool {
+	if l.ur == nil || !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) || !l.until.IsZero() || l.cancelled() != nil {
+		return false
+	}
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.cancelled() != nil || l.rdl.IsZero() || time.Since(l.rdl) < lateMin(l.timeout) {
+		return false
+	}
+	if n, err := l.ur.Unread(); err != nil || n == 0 {
+		return false
+	}
+	l.rdl = time.Time{}
+	return true
+}
+
+// lateMin is how long after a deadline passed a rank must notice it to
+// take the timeout for its own absence (see link.late): a tenth of the
+// timeout, at least 10 ms and at most 1 s. A rank that runs notices a
+// deadline within microseconds, or a few milliseconds on a busy host.
+func lateMin(timeout time.Duration) time.Duration {
+	return min(max(timeout/10, 10*time.Millisecond), time.Second)
+}
+
 // peerGone reports whether a write failed because the peer closed or reset
 // the connection.
 func peerGone(err error) bool {
@@ -711,10 +745,14 @@ func (l *link) readFull(p []byte, left int) error {
 			return err
 		}
 		if l.lw == nil || (left <= pollMax && !l.lowSet) {
-			if _, err := io.ReadFull(l.conn, p[:n]); err != nil {
+			k, err := io.ReadFull(l.conn, p[:n])
+			p, left = p[k:], left-k
+			if err != nil {
+				if l.late(err) {
+					continue
+				}
 				return l.ioErr(err, false)
 			}
-			p, left = p[n:], left-n
 			continue
 		}
 		if err := l.lw.SetReadLowWater(min(left, lowWaterMax)); err == nil {
@@ -725,6 +763,9 @@ func (l *link) readFull(p []byte, left int) error {
 		k, err := l.conn.Read(p[:n])
 		p, left = p[k:], left-k
 		if err != nil && len(p) > 0 {
+			if l.late(err) {
+				continue
+			}
 			return l.ioErr(err, false)
 		}
 	}
@@ -848,6 +889,8 @@ func (l *link) pollReadAt(now time.Time) (done bool, got int, err error) {
 		l.rhave += n
 		got += n
 		switch {
+		case err != nil && l.late(err):
+			return false, got, nil // the next round arms afresh
 		case err != nil:
 			err = l.ioErr(err, false)
 			if l.rhave > 0 {
@@ -869,6 +912,9 @@ func (l *link) pollReadAt(now time.Time) (done bool, got int, err error) {
 			l.roff += n
 			got += n
 			if err != nil {
+				if l.late(err) {
+					return false, got, nil
+				}
 				return false, got, unexpectedEOF(l.ioErr(err, false))
 			}
 			if n < len(p) {
@@ -905,6 +951,9 @@ func (l *link) pollStaged(want int) (done bool, got int, err error) {
 	buf := l.rstage[:want]
 	n, err := l.poller.ReadNow(buf)
 	if err != nil {
+		if l.late(err) {
+			return false, 0, nil
+		}
 		return false, 0, l.ioErr(err, false)
 	}
 	if n == 0 {

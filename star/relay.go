@@ -254,6 +254,9 @@ func (co *coordinator) relayRead(l *link) error {
 			co.rs.publish(l.peer, have)
 		}
 		if err != nil && have < len(p) {
+			if l.late(err) {
+				continue
+			}
 			l.endRead()
 			co.rs.doneReading(l, false)
 			return unexpectedEOF(l.ioErr(err, false))

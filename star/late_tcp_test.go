@@ -1,0 +1,125 @@
+package star
+
+import (
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/starcomm/starcomm/transport"
+	"github.com/starcomm/starcomm/transport/tcp"
+)
+
+// tcpLinkPair returns a link over real TCP and the raw connection of its
+// peer; both are closed when the test ends.
+func tcpLinkPair(t *testing.T, timeout time.Duration) (*link, transport.Conn) {
+	t.Helper()
+	cfg := tcp.DefaultConfig()
+	cfg.BindAddr = "127.0.0.1"
+	ln, err := tcp.Listen(cfg, 0)
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan transport.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			c = nil
+		}
+		accepted <- c
+	}()
+	peer, err := tcp.NewDialer(cfg).Dial(context.Background(), net.JoinHostPort("127.0.0.1", strconv.Itoa(ln.Port())))
+	require.NoError(t, err)
+	conn := <-accepted
+	require.NotNil(t, conn, "accept")
+	t.Cleanup(func() { _ = conn.Close(); _ = peer.Close() })
+	return newLink(1, conn, timeout), peer
+}
+
+// awayConn is a TCP conn whose rank goes away once (is stopped, paused or
+// starved) for away: in its first Read, before the read (a read parked
+// when the process stopped), or in its first Yield (a polling rank that
+// stopped between two rounds). during runs as it goes away: what the peer
+// does meanwhile.
+type awayConn struct {
+	*tcp.Conn
+	away   time.Duration
+	during func()
+	gone   bool
+}
+
+func (c *awayConn) goAway() {
+	if !c.gone {
+		c.gone = true
+		if c.during != nil {
+			c.during()
+		}
+		time.Sleep(c.away) // the scenario: this rank is not running
+	}
+}
+
+func (c *awayConn) Read(p []byte) (int, error) { c.goAway(); return c.Conn.Read(p) }
+func (c *awayConn) Yield()                     { c.goAway(); c.Conn.Yield() }
+
+// TestLateReaderReadsOn: a rank whose read deadline passed while it was
+// away (stopped, paused, starved) for twice the timeout, waiting for a
+// frame that came meanwhile, finds the frame in its socket: it reads it,
+// parked (finishRead) or polled (pollLinks), instead of failing the peer
+// for a silence that was its own. With nothing waiting, the same lateness
+// is the peer's timeout, reported at once. Before, both failed the peer.
+func TestLateReaderReadsOn(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	away := 2*timeout + lateMin(timeout) // past the deadline by more than lateMin
+	for _, how := range []string{"parked", "polled"} {
+		for _, sends := range []bool{true, false} {
+			name := how + "/frame-comes"
+			if !sends {
+				name = how + "/nothing-comes"
+			}
+			t.Run(name, func(t *testing.T) {
+				l, peer := tcpLinkPair(t, timeout)
+				ac := &awayConn{Conn: l.conn.(*tcp.Conn), away: away}
+				if sends {
+					ac.during = func() {
+						_, err := peer.Write(append(lateHeader(4, TagBroadcast), 7, 8, 9))
+						assert.NoError(t, err)
+					}
+				}
+				l = newLink(1, ac, timeout)
+				part := make([]byte, 3)
+				l.beginRead(TagBroadcast, [][]byte{part})
+				start := time.Now()
+				var err error
+				if how == "parked" {
+					err = l.finishRead()
+				} else {
+					var done int
+					done, _, err = pollLinks(time.Second, time.Second, l)
+					if err == nil && done == 0 {
+						err = l.finishRead()
+					}
+				}
+				require.True(t, ac.gone, "the rank went away")
+				if !sends {
+					require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the peer sent nothing: its timeout")
+					assert.Less(t, time.Since(start), away+timeout/2, "reported as the rank came back: the deadline had passed")
+					return
+				}
+				require.NoError(t, err)
+				assert.Equal(t, []byte{7, 8, 9}, part)
+			})
+		}
+	}
+}
+
+// lateHeader is the header of a frame of tag whose LEN is n (a payload of
+// n-1 bytes).
+func lateHeader(n uint32, tag byte) []byte {
+	var h [HeaderSize]byte
+	PutHeader(h[:], tag, int(n)-1)
+	return h[:]
+}

@@ -46,7 +46,7 @@ const (
 )
 
 // timingModes are the chaos-child modes this file adds.
-var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true, "giveup": true, "closefrozen": true}
+var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true, "giveup": true, "closefrozen": true, "stopzero": true}
 
 // envInt reads an integer from the environment (def when unset).
 func envInt(name string, def int) int {
@@ -76,6 +76,10 @@ func envInt(name string, def int) int {
 //     context's deadline passes, or another goroutine calls Close), and
 //     COMPUTE_RANK computes COMPUTE_MS before it. Every rank exits at once
 //     on its error.
+//   - stopzero: a barrier, its control sessions up (if any), "READY",
+//     then barriers in a loop; every rank exits at once on its error (the
+//     test stops rank 0 with a signal, and resumes it once the workers
+//     have exited).
 //   - closefrozen: a barrier, its control sessions up, then "READY";
 //     then rank 0 waits (the test stops it with a signal), and every
 //     worker calls Close at once and reports its error (RESULT op=close)
@@ -83,8 +87,11 @@ func envInt(name string, def int) int {
 //
 // A failure prints a RESULT line (see chaosReport) first.
 func timingChild(mode string) int {
-	if mode == "closefrozen" {
+	switch mode {
+	case "closefrozen":
 		return closeFrozenChild()
+	case "stopzero":
+		return stopZeroChild()
 	}
 	rank := envInt("COBRE_TCP_RANK", -1)
 	if rank == envInt(envLateRank, -1) {
@@ -208,6 +215,22 @@ func timingChild(mode string) int {
 				}
 				os.Exit(code) // at once: the deferred Close does not run
 			}
+		}
+	}
+}
+
+// stopZeroChild runs one rank of the stopzero mode.
+func stopZeroChild() int {
+	ctx := context.Background()
+	c, code := startPastBarrier(ctx)
+	if c == nil {
+		return code
+	}
+	fmt.Println("READY")
+	for i := 2; ; i++ {
+		begin := time.Now()
+		if err := c.Barrier(ctx); err != nil {
+			os.Exit(chaosReport(comm.OpBarrier, fmt.Errorf("iteration %d: %w", i, err), time.Since(begin))) // at once
 		}
 	}
 }
@@ -388,6 +411,67 @@ func TestRealCloseCoordinatorStopped(t *testing.T) {
 		assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit\n%s", p.rank, p.dump())
 	}
 	procs[0].signal(t, os.Kill)
+}
+
+// TestRealCoordinatorStoppedWorkersExit: rank 0's process is stopped
+// (SIGSTOP) in a loop of barriers; each worker fails, naming rank 0, and
+// exits the instant it does. Rank 0, resumed once they have exited, fails
+// too and names itself, in the two ways a worker finds it:
+//
+//   - no control sessions, a 2 s collective timeout: the workers' Aborts,
+//     which its kernel took while it was stopped, are in its sockets
+//     before their end. Before, a worker did not wait for its Abort to a
+//     peer that had timed out to go out, and its process exited first:
+//     rank 0 read a closed connection and blamed a healthy worker as
+//     crashed; and rank 0, whose read deadline had passed while it was
+//     stopped, failed the worker whose frame waited unread in its socket.
+//   - a 2 s liveness timeout, the collective timeout a minute: the workers
+//     find rank 0 unresponsive. Before, rank 0 answered that it was
+//     responsive, and blamed the worker for losing contact.
+func TestRealCoordinatorStoppedWorkersExit(t *testing.T) {
+	skipUnlessChaos(t)
+	if runtime.GOOS != "linux" || strings.HasPrefix(runtime.GOARCH, "mips") {
+		t.Skipf("SIGSTOP is signal %d only on Linux (not MIPS); this is %s/%s", int(sigStop), runtime.GOOS, runtime.GOARCH)
+	}
+	for _, tc := range []struct {
+		name, says string
+		env        []string
+	}{
+		{"timeout", "no progress within the 2s timeout", []string{"COBRE_TCP_LIVENESS_SECS=0", "COBRE_TCP_TIMEOUT_SECS=2"}},
+		{"liveness", "found rank 0 unresponsive while rank 0's process was away", []string{"COBRE_TCP_LIVENESS_SECS=2", "COBRE_TCP_TIMEOUT_SECS=60"}},
+	} {
+		for run := range 3 {
+			t.Run(fmt.Sprintf("%s/run=%d", tc.name, run), func(t *testing.T) {
+				stoppedCoordinatorBlamesItself(t, tc.says, tc.env...)
+			})
+		}
+	}
+}
+
+// stoppedCoordinatorBlamesItself runs one case of
+// TestRealCoordinatorStoppedWorkersExit: rank 0's error must say says.
+func stoppedCoordinatorBlamesItself(t *testing.T, says string, env ...string) {
+	{
+		{
+			ctx := chaosWatchdog(t)
+			procs := startChaos(t, ctx, repeat("stopzero", 3), env...)
+			procs[0].await(t, ctx, "READY")
+			procs[0].signal(t, sigStop)
+			for _, p := range procs[1:] {
+				res := parseResult(t, p.await(t, ctx, "RESULT "))
+				t.Logf("rank=%d named=%s call_ms=%s msg=%q", p.rank, res.fields["rank"], res.fields["call_ms"], res.msg)
+				assertFailedNaming(t, p, res, 0)
+				assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit\n%s", p.rank, p.dump())
+			}
+			procs[0].signal(t, sigCont)
+			res := parseResult(t, procs[0].await(t, ctx, "RESULT "))
+			t.Logf("rank=0 named=%s msg=%q", res.fields["rank"], res.msg)
+			assertFailedNaming(t, procs[0], res, 0)
+			assert.Contains(t, res.msg, says, "rank 0 reports what the worker found")
+			assert.NotContains(t, res.msg, "closed by the peer")
+			assert.Equal(t, chaosExitExpected, procs[0].wait(t, ctx), "rank 0 exit\n%s", procs[0].dump())
+		}
+	}
 }
 
 // starrunOnce builds cmd/starrun once for the tests.

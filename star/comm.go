@@ -78,6 +78,13 @@ type Comm struct {
 	// bg counts the links ending in the background after a failure.
 	bg sync.WaitGroup
 
+	// The away detector (see ticked and away): beatAt is when a control
+	// session's heartbeat ticker last fired (unix nanoseconds; 0: never),
+	// awayAt when a gap of more than half the liveness timeout between two
+	// of its ticks last ended, awayFor that gap: this process was stopped,
+	// paused or starved of CPU.
+	beatAt, awayAt, awayFor atomic.Int64
+
 	// Scratch reused across collectives so steady state does not allocate.
 	parts [][]byte
 	// cl is the running collective's call, for the desync check.
@@ -736,12 +743,18 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 		if c.rank == 0 && blamed == 0 && ab.From != 0 {
 			// A worker blames rank 0, which is here to read its Abort,
 			// for silence (the silence is on that worker's side: its
-			// link, or its process) or for a control connection that
-			// ended (it was cut on that worker's side, or on the way):
-			// rank 0 names that worker, and tells the others so.
+			// link, or its process, unless rank 0's own process was
+			// away, see away) or for a control connection that ended
+			// (it was cut on that worker's side, or on the way): rank
+			// 0 names that worker, and tells the others so.
 			what := ""
 			switch ab.Cause.(type) {
 			case remoteUnresponsive:
+				if d, away := c.away(time.Now()); away {
+					// Rank 0 was not there to be heard: the worker
+					// was right.
+					return &comm.CollectiveFailedError{Operation: op, Rank: 0, Message: fmt.Sprintf("rank %d found rank 0 unresponsive while rank 0's process was away (stopped, paused or starved of CPU) for %v, past the %v liveness timeout: %v", ab.From, d.Round(time.Millisecond), c.cfg.Liveness, ab), Err: ab}
+				}
 				what = "lost contact with rank 0 (rank 0 is responsive)"
 			case remoteExited:
 				what = "lost its control connection to rank 0 (rank 0's process is running)"
@@ -799,8 +812,10 @@ const abortFlushMax = 200 * time.Millisecond
 // noob control-session sends begun
 // before (the coordinator's Aborts, a worker's farewell) have each put
 // their token in oob, or after abortFlushMax (or
-// half ShutdownTimeout, if shorter); the Abort to a peer that timed out
-// is not waited for. When told is set by the time an oob token comes (a
+// half ShutdownTimeout, if shorter), the Abort to a peer that timed out
+// included (its kernel may still take it: a process that was stopped,
+// and resumes, reads it even when this one has exited the moment the
+// collective returned). When told is set by the time an oob token comes (a
 // worker that told rank 0 its own failure on the control session, and
 // said farewell), that token ends the wait: rank 0 knows, and the data
 // link's Abort, which may be queued behind megabytes of this rank's part
@@ -820,21 +835,19 @@ func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct
 			continue
 		}
 		l.startDrain(lingerUntil)
-		// A peer that let nothing move for the timeout is not waited for:
-		// it will hardly take the Abort now (it goes out all the same, for
-		// a peer that was only stopped and resumes).
-		wait := !(l.peer == peer && isTimeout(cause))
-		if wait {
-			n++
-		}
+		// A peer that let nothing move for the timeout is waited for too,
+		// up to flushBy like the others: a process that was stopped, or a
+		// host that paused, still has a kernel that takes the Abort, and
+		// the peer reads it when it resumes, even after this process has
+		// exited the moment the collective returned (without the wait it
+		// read a closed connection, and blamed this rank as crashed). A
+		// peer whose link is cut costs the failure flushBy more.
+		n++
 		c.bg.Go(func() {
-			err := l.sendFinal(TagAbort, payload, lingerUntil)
-			if wait {
-				if err == nil {
-					l.awaitUnsent(flushBy)
-				}
-				sent <- struct{}{}
+			if err := l.sendFinal(TagAbort, payload, lingerUntil); err == nil {
+				l.awaitUnsent(flushBy)
 			}
+			sent <- struct{}{}
 			l.finish()
 		})
 	}

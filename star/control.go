@@ -208,7 +208,8 @@ func (ctl *control) beat() {
 		select {
 		case <-ctl.stopped:
 			return
-		case <-t.C:
+		case now := <-t.C:
+			ctl.c.ticked(now, live)
 		}
 		ctl.c.hook(hookBeat)
 		select {
@@ -223,6 +224,39 @@ func (ctl *control) beat() {
 			return // the peer's end notices the silence
 		}
 	}
+}
+
+// ticked records a tick of a heartbeat ticker at now (see Comm.away): a
+// gap of more than half the liveness timeout live since the last tick of
+// any of this rank's sessions (they tick every tenth of it) means that
+// this process did not run meanwhile.
+func (c *Comm) ticked(now time.Time, live time.Duration) {
+	prev := c.beatAt.Swap(now.UnixNano())
+	if gap := now.UnixNano() - prev; prev != 0 && gap > int64(live/2) {
+		c.awayFor.Store(gap)
+		c.awayAt.Store(now.UnixNano())
+	}
+}
+
+// away reports whether this process was away (stopped, its VM paused, or
+// starved of CPU) long enough for its peers to find it unresponsive, and
+// for how long: its heartbeat tickers have not fired for more than half
+// the liveness timeout (it is only now running again), or a gap that long
+// between their ticks ended less than twice the liveness timeout plus the
+// collective timeout ago. A rank without control sessions never knows.
+func (c *Comm) away(now time.Time) (time.Duration, bool) {
+	live := c.cfg.Liveness
+	beat := c.beatAt.Load()
+	if live <= 0 || beat == 0 {
+		return 0, false
+	}
+	if gap := now.UnixNano() - beat; gap > int64(live/2) {
+		return time.Duration(gap), true
+	}
+	if at := c.awayAt.Load(); at != 0 && now.UnixNano()-at < int64(2*live+c.cfg.Timeout) {
+		return time.Duration(c.awayFor.Load()), true
+	}
+	return 0, false
 }
 
 // farewellWait bounds how long stop waits for its farewell to be written
@@ -276,6 +310,7 @@ func (ctl *control) listen() {
 	live := ctl.c.cfg.Liveness
 	var buf [64]byte
 	var lost error
+	graced := false // the grace of a late deadline was given (see below)
 	for lost == nil {
 		callHook(ctl.peer, hookHeartbeat)
 		last := time.Unix(0, ctl.heard.Load())
@@ -289,6 +324,24 @@ func (ctl *control) listen() {
 		case ctl.isStopped():
 			return
 		case err != nil && isTimeout(err):
+			if late := time.Since(last.Add(live)); late >= lateMin(live) && !graced {
+				// This process saw the deadline late: it was away
+				// itself (stopped, paused, starved), and the peer's
+				// heartbeats may wait unread in the connection.
+				// Read them before judging the peer, once.
+				graced = true
+				_ = ctl.hb.SetReadDeadline(time.Now().Add(lateMin(live)))
+				n, err := settled{ctl.hb}.Read(buf[:])
+				if n > 0 {
+					ctl.heardBytes(buf[:n])
+					graced = false
+					continue
+				}
+				if err != nil && !isTimeout(err) {
+					lost = err // the session ended meanwhile
+					continue
+				}
+			}
 			if time.Since(last) >= live {
 				ctl.c.unresponsive(ctl.peer, time.Since(last), nil, ctl.stopped)
 				return

@@ -336,8 +336,17 @@
 //     do, once one more heartbeat interval has brought nothing (a
 //     coordinator kept off the CPU finds its timers due before it has
 //     read the heartbeats waiting in its sockets), and a worker's Abort
-//     that says rank 0 is unresponsive makes the coordinator, which is plainly alive, name that worker: the silence
-//     is on its side. smux's own keep-alive is off: it checks once per
+//     that says rank 0 is unresponsive makes the coordinator, which is
+//     plainly alive, name that worker: the silence is on its side; unless
+//     the coordinator's own heartbeat tickers stopped for more than half
+//     of Liveness meanwhile (its process was stopped, paused or
+//     starved), when it names itself. An end that sees its
+//     liveness deadline pass late (a tenth of Liveness, at least 10 ms,
+//     at most 1 s: it was away itself) reads what waits on the session
+//     before it judges its peer; a read of a data link that saw its
+//     deadline pass that late, with the peer's bytes waiting unread in
+//     its socket, reads them under a fresh deadline. smux's own
+//     keep-alive is off: it checks once per
 //     interval, so it notices silence only after one to two intervals, and
 //     its error is not os.ErrDeadlineExceeded. An end that ends its
 //     session on purpose (Close, or a worker's failed collective, whose

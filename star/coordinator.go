@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -514,10 +515,40 @@ func (co *coordinator) shutdown() error {
 			if ab, ok := err.(*AbortError); ok && ab.Rank >= 0 {
 				blame = ab.Rank
 			}
-			return &comm.CollectiveFailedError{Operation: OpClose, Rank: blame, Message: "graceful shutdown incomplete", Err: errors.Join(errs...)}
+			return &comm.CollectiveFailedError{Operation: OpClose, Rank: blame, Message: "graceful shutdown incomplete", Err: joinLine(errs...)}
 		}
 	}
 	return nil
+}
+
+// lineErrors is several errors as one, on one line: errors.Join's, with
+// "; " for its newlines, so that a log line or an error file's record
+// holds it whole.
+type lineErrors []error
+
+func (e lineErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap returns the errors, for errors.Is and errors.As.
+func (e lineErrors) Unwrap() []error { return e }
+
+// joinLine returns the non-nil errs as a lineErrors (nil if none).
+func joinLine(errs ...error) error {
+	var out lineErrors
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // checkCall reads every worker's fingerprint of collective seq (a worker

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -129,5 +130,30 @@ func TestAllreduceLengthMismatchSaysDataBytes(t *testing.T) {
 		for r := 1; r < 3; r++ {
 			assert.Error(t, errs[r], "rank %d", r)
 		}
+	})
+}
+
+// TestCloseErrorOneLine: rank 0 closes while both its workers wait in a
+// barrier it never called: its Close names them both, on one line (a log
+// line, an error file's record), and still unwraps to each one's error.
+func TestCloseErrorOneLine(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := inBubble(t, 3, func(c *star.Config) { c.Timeout = time.Minute })
+		done := make(chan error, 2)
+		for _, w := range comms[1:] {
+			go func() { done <- w.Barrier(context.Background()) }()
+		}
+		synctest.Wait()
+		cerr := comms[0].Close()
+		for range 2 {
+			assert.ErrorIs(t, <-done, star.ErrShutdown)
+		}
+		testkit.CloseAll(comms)
+		require.Error(t, cerr)
+		msg := cerr.Error()
+		assert.NotContains(t, msg, "\n")
+		assert.Contains(t, msg, "rank 1 was still sending")
+		assert.Contains(t, msg, "rank 2 was still sending")
+		assert.Contains(t, msg, "; rank 2")
 	})
 }

@@ -78,12 +78,13 @@ type Comm struct {
 	// bg counts the links ending in the background after a failure.
 	bg sync.WaitGroup
 
-	// The away detector (see ticked and away): beatAt is when a control
-	// session's heartbeat ticker last fired (unix nanoseconds; 0: never),
-	// awayAt when a gap of more than half the liveness timeout between two
-	// of its ticks last ended, awayFor that gap: this process was stopped,
-	// paused or starved of CPU.
+	// The away detector (see watchAway and away): beatAt is when it last
+	// ticked (unix nanoseconds; 0: never), awayAt when a gap of more than
+	// half the liveness timeout between two of its ticks last ended,
+	// awayFor that gap: this process was stopped, paused or starved of
+	// CPU.
 	beatAt, awayAt, awayFor atomic.Int64
+	awayOnce                sync.Once
 
 	// Scratch reused across collectives so steady state does not allocate.
 	parts [][]byte

@@ -146,8 +146,10 @@ func newControl(c *Comm, peer int, conn transport.Conn, sess *smux.Session, hb, 
 	return ctl
 }
 
-// start runs the heartbeats and the reader of the peer's messages.
+// start runs the heartbeats and the reader of the peer's messages (and,
+// once per communicator, its away detector).
 func (ctl *control) start() {
+	ctl.c.watchAway()
 	ctl.wg.Go(ctl.beat)
 	ctl.wg.Go(ctl.listen)
 	if ctl.c.rank != 0 {
@@ -208,8 +210,7 @@ func (ctl *control) beat() {
 		select {
 		case <-ctl.stopped:
 			return
-		case now := <-t.C:
-			ctl.c.ticked(now, live)
+		case <-t.C:
 		}
 		ctl.c.hook(hookBeat)
 		select {
@@ -226,10 +227,34 @@ func (ctl *control) beat() {
 	}
 }
 
-// ticked records a tick of a heartbeat ticker at now (see Comm.away): a
-// gap of more than half the liveness timeout live since the last tick of
-// any of this rank's sessions (they tick every tenth of it) means that
-// this process did not run meanwhile.
+// watchAway starts, once, the away detector (see Comm.away): a goroutine
+// that does nothing but tick every tenth of the liveness timeout, until
+// Close has finished. It does no I/O, so nothing but this process not
+// running can hold a tick up (a heartbeat blocked on a peer that reads
+// nothing does not).
+func (c *Comm) watchAway() {
+	c.awayOnce.Do(func() {
+		live := c.cfg.Liveness
+		c.beatAt.Store(time.Now().UnixNano()) // a process stopped before the first tick was away too
+		t := time.NewTicker(live / 10)
+		go func() {
+			defer t.Stop()
+			for {
+				select {
+				case <-c.closeDone:
+					return
+				case <-t.C:
+					c.ticked(time.Now(), live)
+				}
+			}
+		}()
+	})
+}
+
+// ticked records a tick of the away detector at now (see Comm.away): a
+// gap of more than half the liveness timeout live since the last tick
+// (they come every tenth of it) means that this process did not run
+// meanwhile.
 func (c *Comm) ticked(now time.Time, live time.Duration) {
 	prev := c.beatAt.Swap(now.UnixNano())
 	if gap := now.UnixNano() - prev; prev != 0 && gap > int64(live/2) {
@@ -240,10 +265,11 @@ func (c *Comm) ticked(now time.Time, live time.Duration) {
 
 // away reports whether this process was away (stopped, its VM paused, or
 // starved of CPU) long enough for its peers to find it unresponsive, and
-// for how long: its heartbeat tickers have not fired for more than half
-// the liveness timeout (it is only now running again), or a gap that long
-// between their ticks ended less than twice the liveness timeout plus the
-// collective timeout ago. A rank without control sessions never knows.
+// for how long: the away detector has not ticked for more than half the
+// liveness timeout (the process is only now running again), or a gap that
+// long between its ticks ended less than twice the liveness timeout plus
+// the collective timeout ago. A rank without control sessions never
+// knows.
 func (c *Comm) away(now time.Time) (time.Duration, bool) {
 	live := c.cfg.Liveness
 	beat := c.beatAt.Load()
@@ -318,29 +344,26 @@ func (ctl *control) listen() {
 		n, err := settled{ctl.hb}.Read(buf[:])
 		if n > 0 {
 			ctl.heardBytes(buf[:n])
+			graced = false
 			continue
 		}
 		switch {
 		case ctl.isStopped():
 			return
 		case err != nil && isTimeout(err):
-			if late := time.Since(last.Add(live)); late >= lateMin(live) && !graced {
-				// This process saw the deadline late: it was away
-				// itself (stopped, paused, starved), and the peer's
-				// heartbeats may wait unread in the connection.
-				// Read them before judging the peer, once.
+			now := time.Now()
+			_, away := ctl.c.away(now)
+			if (away || now.Sub(last.Add(live)) >= lateMin(live)) && !graced {
+				// This process was away itself (stopped, paused,
+				// starved: its tickers stopped, or it saw the
+				// deadline late), and the peer's heartbeats may wait
+				// unread in the connection: silence while this
+				// process was away is not the peer's. Once, until
+				// the peer is heard again, the peer gets a whole
+				// liveness timeout from now.
 				graced = true
-				_ = ctl.hb.SetReadDeadline(time.Now().Add(lateMin(live)))
-				n, err := settled{ctl.hb}.Read(buf[:])
-				if n > 0 {
-					ctl.heardBytes(buf[:n])
-					graced = false
-					continue
-				}
-				if err != nil && !isTimeout(err) {
-					lost = err // the session ended meanwhile
-					continue
-				}
+				ctl.heard.Store(now.UnixNano())
+				continue
 			}
 			if time.Since(last) >= live {
 				ctl.c.unresponsive(ctl.peer, time.Since(last), nil, ctl.stopped)

@@ -338,12 +338,14 @@
 //     read the heartbeats waiting in its sockets), and a worker's Abort
 //     that says rank 0 is unresponsive makes the coordinator, which is
 //     plainly alive, name that worker: the silence is on its side; unless
-//     the coordinator's own heartbeat tickers stopped for more than half
-//     of Liveness meanwhile (its process was stopped, paused or
-//     starved), when it names itself. An end that sees its
+//     the coordinator did not run for more than half of Liveness meanwhile
+//     (a goroutine of its own that only ticks, every tenth of Liveness,
+//     missed that much: its process was stopped, paused or starved), when
+//     it names itself. An end that sees its
 //     liveness deadline pass late (a tenth of Liveness, at least 10 ms,
-//     at most 1 s: it was away itself) reads what waits on the session
-//     before it judges its peer; a read of a data link that saw its
+//     at most 1 s), or while it did not run, was away itself: it gives
+//     its peer a whole Liveness from then (heartbeats that came meanwhile
+//     wait unread) before it judges it; a read of a data link that saw its
 //     deadline pass that late, with the peer's bytes waiting unread in
 //     its socket, reads them under a fresh deadline. smux's own
 //     keep-alive is off: it checks once per

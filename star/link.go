@@ -292,6 +292,28 @@ func (l *link) late(err error) bool {
 	return true
 }
 
+// lateWrite is late for a failed write: a deadline that this process saw
+// pass at least lateMin late while the peer had taken every byte written
+// before (nothing waits unsent in the socket): the peer kept up, and this
+// process was away. The write deadline is cleared, and the caller writes
+// on (the rest of what it was writing). A peer that took nothing, while
+// this process was away or not, is failed as before.
+func (l *link) lateWrite(err error) bool {
+	if l.uc == nil || !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) || !l.until.IsZero() || l.cancelled() != nil {
+		return false
+	}
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.cancelled() != nil || l.wdl.IsZero() || time.Since(l.wdl) < lateMin(l.timeout) {
+		return false
+	}
+	if n, err := l.uc.Unsent(); err != nil || n > 0 {
+		return false
+	}
+	l.wdl = time.Time{}
+	return true
+}
+
 // lateMin is how long after a deadline passed a rank must notice it to
 // take the timeout for its own absence (see link.late): a tenth of the
 // timeout, at least 10 ms and at most 1 s. A rank that runs notices a
@@ -646,13 +668,19 @@ func (l *link) writeStage(n int) error { return l.writeArmed(l.astage[:n]) }
 
 // writeArmed writes b under one armed deadline.
 func (l *link) writeArmed(b []byte) error {
-	if err := l.arm(true); err != nil {
-		return err
+	for {
+		if err := l.arm(true); err != nil {
+			return err
+		}
+		k, err := l.conn.Write(b)
+		if err == nil {
+			return nil
+		}
+		if !l.lateWrite(err) {
+			return l.ioErr(err, true)
+		}
+		b = b[k:] // this rank was away: on, under a fresh deadline
 	}
-	if _, err := l.conn.Write(b); err != nil {
-		return l.ioErr(err, true)
-	}
-	return nil
 }
 
 // writeStagedFrame writes frame, a whole frame staged by the caller (see
@@ -704,17 +732,39 @@ func (l *link) writeBatch(batch [][]byte) error {
 		return err
 	}
 	if l.bw != nil && len(batch) > 1 {
-		if _, err := l.bw.WriteBuffers(batch); err != nil {
-			return l.ioErr(err, true)
+		k, err := l.bw.WriteBuffers(batch)
+		for err != nil {
+			if !l.lateWrite(err) {
+				return l.ioErr(err, true)
+			}
+			// This rank was away: the rest, under a fresh deadline.
+			batch = skipBytes(batch, k)
+			if err = l.arm(true); err != nil {
+				return err
+			}
+			k, err = l.bw.WriteBuffers(batch)
 		}
 		return nil
 	}
 	for _, b := range batch {
-		if _, err := l.conn.Write(b); err != nil {
-			return l.ioErr(err, true)
+		if err := l.writeArmed(b); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// skipBytes drops the first n bytes of bufs (which it may modify) and
+// returns the rest.
+func skipBytes(bufs [][]byte, n int64) [][]byte {
+	for len(bufs) > 0 && n >= int64(len(bufs[0])) {
+		n -= int64(len(bufs[0]))
+		bufs = bufs[1:]
+	}
+	if len(bufs) > 0 {
+		bufs[0] = bufs[0][n:]
+	}
+	return bufs
 }
 
 // lowWaterMax is the most a read of a large frame asks to find in the

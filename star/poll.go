@@ -93,7 +93,10 @@ func (l *link) postFrameAt(frame []byte, now time.Time) (bool, error) {
 	}
 	k, err := l.poller.WriteNow(frame)
 	if err != nil {
-		return false, l.ioErr(err, true)
+		if !l.lateWrite(err) {
+			return false, l.ioErr(err, true)
+		}
+		k = 0 // this rank was away: finishWrite writes it under a fresh deadline
 	}
 	l.wrest = frame[k:]
 	if len(l.wrest) > 0 {

@@ -726,12 +726,14 @@ func (l *link) writeChunks(bufs [][]byte) error {
 	return nil
 }
 
-// writeBatch writes batch, at most chunk bytes, under one armed deadline.
+// writeBatch writes batch, at most chunk bytes: with one gathered write
+// under one armed deadline where the transport can, else one write per
+// buffer, each armed.
 func (l *link) writeBatch(batch [][]byte) error {
-	if err := l.arm(true); err != nil {
-		return err
-	}
 	if l.bw != nil && len(batch) > 1 {
+		if err := l.arm(true); err != nil {
+			return err
+		}
 		k, err := l.bw.WriteBuffers(batch)
 		for err != nil {
 			if !l.lateWrite(err) {

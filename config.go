@@ -347,21 +347,8 @@ func joinErrors(errs []error) error {
 }
 
 // ConfigFromEnv reads the COBRE_* variables from the process environment
-// (os.Environ). See ConfigFromEnviron. When it fails and COBRE_ERROR_FILE
-// is set, it also records the error there (as New records a start-up
-// failure), blaming this rank, so that a launcher names a rank whose
-// configuration was refused, whatever the program does next.
-func ConfigFromEnv() (Config, error) {
-	cfg, err := ConfigFromEnviron(os.Environ())
-	if err != nil {
-		path := cfg.ErrorFile
-		if path == "" {
-			path = strings.TrimSpace(os.Getenv(EnvErrorFile))
-		}
-		recordFailure(path, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
-	}
-	return cfg, err
-}
+// (os.Environ). See ConfigFromEnviron.
+func ConfigFromEnv() (Config, error) { return ConfigFromEnviron(os.Environ()) }
 
 // ConfigFromEnviron reads the COBRE_* variables from environ, a list of
 // "NAME=value" entries as os.Environ returns (a later entry for the same

@@ -953,11 +953,13 @@ func TestConfigREADMETable(t *testing.T) {
 	}
 }
 
-// TestConfigFromEnvRecordsFailure: a configuration ConfigFromEnv refuses
-// is recorded in COBRE_ERROR_FILE, blaming this rank, with the message it
-// returns: a program that reads the variables and then adjusts the Config
-// before New (as starbench does) still lets its launcher name the rank.
-func TestConfigFromEnvRecordsFailure(t *testing.T) {
+// TestRecordConfigError: a configuration ConfigFromEnv refuses, given to
+// RecordConfigError, is recorded in COBRE_ERROR_FILE, blaming this rank,
+// with the message ConfigFromEnv returned: a program that reads the
+// variables and then adjusts the Config before New (as starbench does)
+// still lets its launcher name the rank. ConfigFromEnv itself writes
+// nothing (a program may probe it).
+func TestRecordConfigError(t *testing.T) {
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "COBRE_") {
 			t.Setenv(k, "") // blank: unset for starcomm
@@ -969,10 +971,13 @@ func TestConfigFromEnvRecordsFailure(t *testing.T) {
 	t.Setenv("COBRE_TCP_SIZE", "3")
 	t.Setenv("COBRE_TCP_COORDINATOR", "node0")
 	t.Setenv("COBRE_TCP_PORT", "abc")
-	_, err := starcomm.ConfigFromEnv()
+	cfg, err := starcomm.ConfigFromEnv()
 	var ic *starcomm.InvalidConfigurationError
 	require.ErrorAs(t, err, &ic)
 	assert.Equal(t, "COBRE_TCP_PORT", ic.Var)
+	_, serr := os.Stat(path)
+	require.ErrorIs(t, serr, fs.ErrNotExist, "ConfigFromEnv wrote a record")
+	starcomm.RecordConfigError(cfg, err)
 	rec, rerr := errfile.Read(path)
 	require.NoError(t, rerr, "no error record")
 	assert.Equal(t, err.Error(), rec.Message)
@@ -981,13 +986,6 @@ func TestConfigFromEnvRecordsFailure(t *testing.T) {
 	assert.Equal(t, 3, rec.Size)
 	assert.Equal(t, star.OpStartup, rec.Op)
 
-	// A configuration that is fine leaves no record.
-	t.Setenv("COBRE_TCP_PORT", "29500")
-	require.NoError(t, os.Remove(path))
-	_, err = starcomm.ConfigFromEnv()
-	require.NoError(t, err)
-	_, err = os.Stat(path)
-	assert.ErrorIs(t, err, fs.ErrNotExist, "a record without a failure")
 }
 
 // TestNewRecordsStartupFailure: a start-up that fails before the backend

@@ -24,11 +24,26 @@ import (
 // recorded in COBRE_ERROR_FILE (when set) like any other failure of this
 // rank, so that the launcher names this rank and the error.
 func FromEnv(ctx context.Context) (comm.Communicator, error) {
-	cfg, err := ConfigFromEnv() // records its error for the launcher
+	cfg, err := ConfigFromEnv()
 	if err != nil {
+		RecordConfigError(cfg, err)
 		return nil, err
 	}
 	return New(ctx, cfg)
+}
+
+// RecordConfigError records err, the error ConfigFromEnv returned with cfg,
+// in this rank's COBRE_ERROR_FILE (cfg.ErrorFile, or the variable itself
+// when cfg could not hold it), blaming this rank, as FromEnv and New do for
+// their failures: for a program that reads the variables, adjusts the
+// Config and calls New itself, so that its launcher names the rank whose
+// configuration was refused. Without an error file it does nothing.
+func RecordConfigError(cfg Config, err error) {
+	path := cfg.ErrorFile
+	if path == "" {
+		path = strings.TrimSpace(os.Getenv(EnvErrorFile))
+	}
+	recordFailure(path, star.Failure{Op: star.OpStartup, Rank: cfg.Rank, Blamed: cfg.Rank, Err: err}, cfg.Size)
 }
 
 // recordFailure writes f to the error file at path (none when path is

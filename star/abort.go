@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 )
 
@@ -140,6 +141,10 @@ type AbortError struct {
 	// io.EOF, syscall.ECONNRESET, ErrUnexpectedTag, ...), or nil when the
 	// sender did not say; errors.Is finds it through the AbortError.
 	Cause error
+
+	// away, on rank 0, is how long its own process had been away (see
+	// Comm.away) when the Abort came on the control session, or 0.
+	away time.Duration
 }
 
 // Error names the rank that sent the Abort and its reason.

@@ -78,11 +78,12 @@ type Comm struct {
 	// bg counts the links ending in the background after a failure.
 	bg sync.WaitGroup
 
-	// The away detector (see watchAway and away): beatAt is when it last
-	// ticked (unix nanoseconds; 0: never), awayAt when a gap of more than
-	// half the liveness timeout between two of its ticks last ended,
-	// awayFor that gap: this process was stopped, paused or starved of
-	// CPU.
+	// The away detector (see watchAway and away), on the monotonic clock
+	// from epoch (the communicator's creation): beatAt is when it last
+	// ticked (0: never), awayAt when a gap between two of its ticks of
+	// more than awayMin last ended, awayFor that gap: this process was
+	// stopped, paused or starved of CPU.
+	epoch                   time.Time
 	beatAt, awayAt, awayFor atomic.Int64
 	awayOnce                sync.Once
 
@@ -142,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, &comm.InitializationFailedError{Backend: "star", Err: err}
 	}
 	cfg = cfg.withDefaults()
-	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, closeDone: make(chan struct{}), ops: make(chan struct{}, 1)}
+	c := &Comm{cfg: cfg, rank: cfg.Rank, size: cfg.Size, closeDone: make(chan struct{}), ops: make(chan struct{}, 1), epoch: time.Now()}
 	var err error
 	switch {
 	case cfg.Rank == 0 && cfg.Size == 1:
@@ -282,8 +283,8 @@ func (c *Comm) Close() error {
 		// have gone or were told to; the peers are told as after a
 		// failed collective (a worker without a control session learns
 		// it only so), and Close reports it.
-		// A rank found unresponsive is the peer that timed out: its
-		// Abort is not waited for.
+		// A rank found unresponsive is the peer that timed out (its
+		// Abort, like every other, is waited for at most abortFlushMax).
 		var ur *UnresponsiveError
 		if errors.As(pending, &ur) {
 			pending = &linkError{peer: ur.Rank, err: pending}
@@ -686,9 +687,10 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 		ctl := w.up.ctl.Load()
 		// The farewell: rank 0 must not take this process's exit, which
 		// may follow at once, for a crash (see control.listen).
-		// Not waited for when rank 0 let nothing move for the timeout:
-		// it will hardly take the farewell now (as endLinks does not
-		// wait for its Abort).
+		// Not waited for when rank 0 let nothing move for the timeout
+		// (a cut link would add up to 200 ms to every such failure): a
+		// rank 0 that was only stopped, and resumes, reads this rank's
+		// Abort on the data link, which is waited for (see endLinks).
 		// A failure of its own (its context, or Close) goes to rank 0 on
 		// the control session too (msgFailed), before the farewell: rank
 		// 0 reads this rank's data link, and so its Abort, only for its
@@ -751,7 +753,11 @@ func (c *Comm) classify(ctx context.Context, op string, peer int, err error) err
 			what := ""
 			switch ab.Cause.(type) {
 			case remoteUnresponsive:
-				if d, away := c.away(time.Now()); away {
+				d := ab.away // the verdict when the Abort came
+				if d == 0 {
+					d, _ = c.away(time.Now())
+				}
+				if d > 0 {
 					// Rank 0 was not there to be heard: the worker
 					// was right.
 					return &comm.CollectiveFailedError{Operation: op, Rank: 0, Message: fmt.Sprintf("rank %d found rank 0 unresponsive while rank 0's process was away (stopped, paused or starved of CPU) for %v, past the %v liveness timeout: %v", ab.From, d.Round(time.Millisecond), c.cfg.Liveness, ab), Err: ab}

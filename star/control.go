@@ -235,7 +235,7 @@ func (ctl *control) beat() {
 func (c *Comm) watchAway() {
 	c.awayOnce.Do(func() {
 		live := c.cfg.Liveness
-		c.beatAt.Store(time.Now().UnixNano()) // a process stopped before the first tick was away too
+		c.beatAt.Store(int64(c.since(time.Now()))) // a process stopped before the first tick was away too
 		t := time.NewTicker(live / 10)
 		go func() {
 			defer t.Stop()
@@ -244,45 +244,69 @@ func (c *Comm) watchAway() {
 				case <-c.closeDone:
 					return
 				case <-t.C:
-					c.ticked(time.Now(), live)
+					c.ticked(time.Now())
 				}
 			}
 		}()
 	})
 }
 
-// ticked records a tick of the away detector at now (see Comm.away): a
-// gap of more than half the liveness timeout live since the last tick
-// (they come every tenth of it) means that this process did not run
-// meanwhile.
-func (c *Comm) ticked(now time.Time, live time.Duration) {
-	prev := c.beatAt.Swap(now.UnixNano())
-	if gap := now.UnixNano() - prev; prev != 0 && gap > int64(live/2) {
-		c.awayFor.Store(gap)
-		c.awayAt.Store(now.UnixNano())
+// since is now on the monotonic clock of the communicator, from its epoch
+// (at least 1 ns: 0 stands for "never").
+func (c *Comm) since(now time.Time) time.Duration { return max(now.Sub(c.epoch), 1) }
+
+// awayMin is the least gap between two ticks of the away detector that
+// counts as this process being away: eight tenths of the liveness
+// timeout. A peer declares this rank unresponsive after a whole liveness
+// timeout without a heartbeat (they go every tenth of it), so a shorter
+// absence cannot be the reason.
+func (c *Comm) awayMin() time.Duration { return c.cfg.Liveness * 8 / 10 }
+
+// ticked records a tick of the away detector at now (see Comm.away).
+func (c *Comm) ticked(now time.Time) {
+	at := c.since(now)
+	prev := time.Duration(c.beatAt.Swap(int64(at)))
+	if gap := at - prev; prev != 0 && gap > c.awayMin() {
+		c.awayFor.Store(int64(gap))
+		c.awayAt.Store(int64(at))
 	}
 }
 
 // away reports whether this process was away (stopped, its VM paused, or
 // starved of CPU) long enough for its peers to find it unresponsive, and
-// for how long: the away detector has not ticked for more than half the
-// liveness timeout (the process is only now running again), or a gap that
-// long between its ticks ended less than twice the liveness timeout plus
-// the collective timeout ago. A rank without control sessions never
-// knows.
+// for how long (0 if not): the away detector has not ticked for more than
+// awayMin (the process is only now running again), or a gap that long
+// between its ticks ended less than two liveness timeouts ago. A rank
+// without control sessions never knows.
 func (c *Comm) away(now time.Time) (time.Duration, bool) {
 	live := c.cfg.Liveness
-	beat := c.beatAt.Load()
+	beat := time.Duration(c.beatAt.Load())
 	if live <= 0 || beat == 0 {
 		return 0, false
 	}
-	if gap := now.UnixNano() - beat; gap > int64(live/2) {
-		return time.Duration(gap), true
+	at := c.since(now)
+	if gap := at - beat; gap > c.awayMin() {
+		return gap, true
 	}
-	if at := c.awayAt.Load(); at != 0 && now.UnixNano()-at < int64(2*live+c.cfg.Timeout) {
+	if end := time.Duration(c.awayAt.Load()); end != 0 && at-end < 2*live {
 		return time.Duration(c.awayFor.Load()), true
 	}
 	return 0, false
+}
+
+// awaySince reports whether this process was away (see away) at some time
+// after t: it is only now running again, or its last absence ended after
+// t.
+func (c *Comm) awaySince(t, now time.Time) bool {
+	beat := time.Duration(c.beatAt.Load())
+	if c.cfg.Liveness <= 0 || beat == 0 {
+		return false
+	}
+	if c.since(now)-beat > c.awayMin() {
+		return true
+	}
+	end := time.Duration(c.awayAt.Load())
+	return end != 0 && end > c.since(t)
 }
 
 // farewellWait bounds how long stop waits for its farewell to be written
@@ -352,8 +376,7 @@ func (ctl *control) listen() {
 			return
 		case err != nil && isTimeout(err):
 			now := time.Now()
-			_, away := ctl.c.away(now)
-			if (away || now.Sub(last.Add(live)) >= lateMin(live)) && !graced {
+			if (ctl.c.awaySince(last, now) || now.Sub(last.Add(live)) >= lateMin(live)) && !graced {
 				// This process was away itself (stopped, paused,
 				// starved: its tickers stopped, or it saw the
 				// deadline late), and the peer's heartbeats may wait
@@ -519,7 +542,9 @@ func (ctl *control) readWorkerMessages() {
 			ctl.callsMu.Unlock()
 			ctl.poke()
 		case kind == msgFailed && len(body) >= 8:
-			ctl.c.peerFailed(ctl.peer, binary.BigEndian.Uint64(body), parseAbort(ctl.peer, body[8:]))
+			ab := parseAbort(ctl.peer, body[8:])
+			ab.away, _ = ctl.c.away(time.Now()) // whether this rank was away as it came
+			ctl.c.peerFailed(ctl.peer, binary.BigEndian.Uint64(body), ab)
 		}
 	})
 }

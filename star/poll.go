@@ -96,7 +96,8 @@ func (l *link) postFrameAt(frame []byte, now time.Time) (bool, error) {
 		if !l.lateWrite(err) {
 			return false, l.ioErr(err, true)
 		}
-		k = 0 // this rank was away: finishWrite writes it under a fresh deadline
+		// This rank was away: finishWrite writes the rest under a fresh
+		// deadline.
 	}
 	l.wrest = frame[k:]
 	if len(l.wrest) > 0 {

@@ -67,6 +67,7 @@ func launch(o options, stdout, stderr io.Writer) int {
 func runRank(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	cfg, err := starcomm.ConfigFromEnv()
 	if err != nil {
+		starcomm.RecordConfigError(cfg, err) // for the launcher: this rank's configuration
 		fmt.Fprintf(stderr, "starbench: %v\n", err)
 		return exitFailure
 	}

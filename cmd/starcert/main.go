@@ -29,6 +29,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -94,7 +95,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 // splitHosts returns the names and addresses of -hosts, or an error
 // naming the first that no worker could dial (it would only make a
 // certificate that no connection accepts): each is an IP address (an IPv6
-// one with or without brackets), a host name as COBRE_TCP_COORDINATOR
+// one with or without brackets; a zone, "%eth0", is dropped: the
+// certificate holds the address), a host name as COBRE_TCP_COORDINATOR
 // takes it, or such a name under a wildcard ("*.jobs.example.org").
 func splitHosts(s string) ([]string, error) {
 	var hosts []string
@@ -102,8 +104,17 @@ func splitHosts(s string) ([]string, error) {
 		if h = strings.TrimSpace(h); h == "" {
 			continue
 		}
-		if inner, ok := strings.CutPrefix(h, "["); ok && strings.HasSuffix(inner, "]") {
-			h = strings.TrimSuffix(inner, "]")
+		if inner, ok := strings.CutPrefix(h, "["); ok {
+			inner, closed := strings.CutSuffix(inner, "]")
+			if a, err := netip.ParseAddr(inner); !closed || err != nil || !a.Is6() {
+				return nil, fmt.Errorf("-hosts: %q: brackets must enclose an IPv6 address, such as [::1]", h)
+			}
+			h = inner
+		}
+		if a, err := netip.ParseAddr(h); err == nil && a.Zone() != "" {
+			// A certificate holds the address; the zone is the
+			// interface a rank reaches it through.
+			h = a.WithZone("").String()
 		}
 		name := strings.TrimPrefix(h, "*.")
 		if err := tcp.CheckHost(name); err != nil {

@@ -34,7 +34,7 @@ func starcert(args ...string) (int, string, string) {
 // prints every rank's variables; and it never overwrites a file.
 func TestWrites(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "certs")
-	code, out, errOut := starcert("-dir", dir, "-ranks", "3", "-hosts", "node0, 10.0.0.10,[::1],*.jobs.example.org", "-days", "2")
+	code, out, errOut := starcert("-dir", dir, "-ranks", "3", "-hosts", "node0, 10.0.0.10,[::1],*.jobs.example.org,fe80::1%eth0", "-days", "2")
 	require.Equal(t, 0, code, errOut)
 	ca := filepath.Join(dir, "ca.pem")
 	for r := range 3 {
@@ -48,7 +48,7 @@ func TestWrites(t *testing.T) {
 		assert.Error(t, c.CheckCertificate(x509.ExtKeyUsageClientAuth, time.Now().Add(3*24*time.Hour)), "valid for -days only")
 		leaf, err := x509.ParseCertificate(c.Certificate.Certificate[0])
 		require.NoError(t, err)
-		for _, h := range []string{"node0", "10.0.0.10", "::1", "rank3.jobs.example.org"} {
+		for _, h := range []string{"node0", "10.0.0.10", "::1", "rank3.jobs.example.org", "fe80::1"} {
 			assert.NoError(t, leaf.VerifyHostname(h))
 		}
 		assert.Error(t, leaf.VerifyHostname("localhost"), "only the -hosts given")
@@ -106,6 +106,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"-dir", "d", "-hosts", "!!"}, `-hosts: "!!" is not a host name`},
 		{[]string{"-dir", "d", "-hosts", "999.1.1.1"}, `"999.1.1.1" is not a valid IPv4 address`},
 		{[]string{"-dir", "d", "-hosts", "*.10.0.0.1"}, "a wildcard goes before a host name"},
+		{[]string{"-dir", "d", "-hosts", "[node0]"}, "brackets must enclose an IPv6 address"},
+		{[]string{"-dir", "d", "-hosts", "[::1"}, "brackets must enclose an IPv6 address"},
 	} {
 		code, _, errOut := starcert(tc.args...)
 		assert.Equal(t, 2, code, "%v", tc.args)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -85,10 +86,8 @@ func parseArgs(args []string) (config, error) {
 		return config{}, fmt.Errorf("--timeout must be a number of seconds in %s, got %s", launch.TimeoutRange, cfg.timeoutText)
 	case given["bind"] && cfg.bind == "":
 		return config{}, errors.New("--bind must not be empty")
-	case given["bind"]:
-		if err := checkBind(cfg.bind); err != nil {
-			return config{}, err
-		}
+	case given["bind"] && checkBind(cfg.bind) != nil:
+		return config{}, checkBind(cfg.bind)
 	case cfg.grace < 0:
 		return config{}, fmt.Errorf("--grace must not be negative, got %v", cfg.grace)
 	case cfg.settle < 0:
@@ -109,7 +108,11 @@ func checkBind(bind string) error {
 	}
 	host := bind
 	if inner, ok := strings.CutPrefix(bind, "["); ok {
-		host = strings.TrimSuffix(inner, "]")
+		inner, closed := strings.CutSuffix(inner, "]")
+		if a, err := netip.ParseAddr(inner); !closed || err != nil || !a.Is6() {
+			return fmt.Errorf("--bind: brackets must enclose an IPv6 address, such as [::1], got %q", bind)
+		}
+		host = inner
 	}
 	if err := tcp.CheckHost(host); err != nil {
 		return fmt.Errorf("--bind must be an IP address or host name of this host: %v", err)

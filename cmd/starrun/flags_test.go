@@ -41,6 +41,11 @@ func TestUsageErrors(t *testing.T) {
 		{name: "flag=bind/ipv6-with-port", args: []string{"-n", "2", "--bind", "[::1]:80", "--", "prog"}, want: "--bind takes an address without a port"},
 		{name: "flag=bind/not-a-name", args: []string{"-n", "2", "--bind", "node0!", "--", "prog"}, want: `--bind must be an IP address or host name of this host: "node0!" is not a host name`},
 		{name: "flag=bind/bad-ipv4", args: []string{"-n", "2", "--bind", "999.1.1.1", "--", "prog"}, want: `"999.1.1.1" is not a valid IPv4 address`},
+		{name: "flag=bind/open-bracket", args: []string{"-n", "2", "--bind", "[::1", "--", "prog"}, want: "brackets must enclose an IPv6 address"},
+		{name: "flag=bind/bracketed-name", args: []string{"-n", "2", "--bind", "[node0]", "--", "prog"}, want: "brackets must enclose an IPv6 address"},
+		// A valid --bind does not end the checks.
+		{name: "flag=bind/valid-then-grace", args: []string{"-n", "2", "--bind", "127.0.0.1", "--grace", "-1s", "--", "prog"}, want: "--grace must not be negative"},
+		{name: "flag=bind/valid-then-no-command", args: []string{"-n", "2", "--bind", "127.0.0.1"}, want: "no command given"},
 		{name: "flag=grace/negative", args: []string{"-n", "2", "--grace", "-1s", "--", "prog"}, want: "--grace must not be negative"},
 		{name: "flag=grace/not-a-duration", args: []string{"-n", "2", "--grace", "soon", "--", "prog"}, want: "-grace"},
 		{name: "flag=backend/unknown", args: []string{"-n", "2", "--backend", "mpi", "--", "prog"}, want: "--backend must be tcp or shm"},

@@ -338,7 +338,7 @@
 //     read the heartbeats waiting in its sockets), and a worker's Abort
 //     that says rank 0 is unresponsive makes the coordinator, which is
 //     plainly alive, name that worker: the silence is on its side; unless
-//     the coordinator did not run for more than half of Liveness meanwhile
+//     the coordinator did not run for eight tenths of Liveness meanwhile
 //     (a goroutine of its own that only ticks, every tenth of Liveness,
 //     missed that much: its process was stopped, paused or starved), when
 //     it names itself. An end that sees its

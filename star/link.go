@@ -277,40 +277,31 @@ func (l *link) ioErr(err error, write bool) error {
 // later. A link that cannot tell what waits unread (see
 // transport.UnreadCounter) never reads on.
 func (l *link) late(err error) bool {
-	if l.ur == nil || !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) || !l.until.IsZero() || l.cancelled() != nil {
-		return false
-	}
-	l.dmu.Lock()
-	defer l.dmu.Unlock()
-	if l.cancelled() != nil || l.rdl.IsZero() || time.Since(l.rdl) < lateMin(l.timeout) {
-		return false
-	}
-	if n, err := l.ur.Unread(); err != nil || n == 0 {
-		return false
-	}
-	l.rdl = time.Time{}
-	return true
+	return l.ur != nil && l.lateAt(err, &l.rdl, func() bool { n, err := l.ur.Unread(); return err == nil && n > 0 })
 }
 
 // lateWrite is late for a failed write: a deadline that this process saw
-// pass at least lateMin late while the peer had taken every byte written
+// pass at least lateMin late while the system had sent every byte written
 // before (nothing waits unsent in the socket): the peer kept up, and this
 // process was away. The write deadline is cleared, and the caller writes
 // on (the rest of what it was writing). A peer that took nothing, while
 // this process was away or not, is failed as before.
 func (l *link) lateWrite(err error) bool {
-	if l.uc == nil || !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) || !l.until.IsZero() || l.cancelled() != nil {
+	return l.uc != nil && l.lateAt(err, &l.wdl, func() bool { n, err := l.uc.Unsent(); return err == nil && n == 0 })
+}
+
+// lateAt is late and lateWrite for the deadline *dl (l.rdl or l.wdl) and
+// the peer's sign of life moved.
+func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
+	if !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) || !l.until.IsZero() || l.cancelled() != nil {
 		return false
 	}
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
-	if l.cancelled() != nil || l.wdl.IsZero() || time.Since(l.wdl) < lateMin(l.timeout) {
+	if l.cancelled() != nil || dl.IsZero() || time.Since(*dl) < lateMin(l.timeout) || !moved() {
 		return false
 	}
-	if n, err := l.uc.Unsent(); err != nil || n > 0 {
-		return false
-	}
-	l.wdl = time.Time{}
+	*dl = time.Time{}
 	return true
 }
 

@@ -8,7 +8,8 @@ import (
 )
 
 // TestAway: the away detector of a rank whose ticks come every tenth of
-// the 2 s liveness timeout. Regular ticks: not away. No tick for more than
+// the 2 s liveness timeout (at most every 100 ms: every 200 ms is what
+// the test feeds it). Regular ticks: not away. No tick for more than
 // eight tenths of the liveness timeout: away now, for that long. A gap
 // that long between two ticks: away, for the gap, until two liveness
 // timeouts after it ended; and away since any time before its end.
@@ -36,6 +37,8 @@ func TestAway(t *testing.T) {
 	assert.Equal(t, 3*time.Second, d)
 	assert.True(t, c.awaySince(last.Add(time.Second), back.Add(time.Millisecond)), "the gap ended after that")
 	assert.False(t, c.awaySince(back.Add(time.Millisecond), back.Add(2*time.Millisecond)), "nothing since the gap's end")
+	assert.True(t, c.absentAfter(last), "a data link's deadline set before the gap")
+	assert.False(t, c.absentAfter(back.Add(time.Millisecond)), "a deadline set after it")
 	for i := 1; i <= 30; i++ {
 		c.ticked(back.Add(time.Duration(i) * 200 * time.Millisecond))
 	}

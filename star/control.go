@@ -228,15 +228,14 @@ func (ctl *control) beat() {
 }
 
 // watchAway starts, once, the away detector (see Comm.away): a goroutine
-// that does nothing but tick every tenth of the liveness timeout, until
+// that does nothing but tick (see tickEvery), until
 // Close has finished. It does no I/O, so nothing but this process not
 // running can hold a tick up (a heartbeat blocked on a peer that reads
 // nothing does not).
 func (c *Comm) watchAway() {
 	c.awayOnce.Do(func() {
-		live := c.cfg.Liveness
 		c.beatAt.Store(int64(c.since(time.Now()))) // a process stopped before the first tick was away too
-		t := time.NewTicker(live / 10)
+		t := time.NewTicker(c.tickEvery())
 		go func() {
 			defer t.Stop()
 			for {
@@ -262,14 +261,49 @@ func (c *Comm) since(now time.Time) time.Duration { return max(now.Sub(c.epoch),
 // absence cannot be the reason.
 func (c *Comm) awayMin() time.Duration { return c.cfg.Liveness * 8 / 10 }
 
-// ticked records a tick of the away detector at now (see Comm.away).
+// ticked records a tick of the away detector at now (see Comm.away and
+// Comm.absentAfter).
 func (c *Comm) ticked(now time.Time) {
 	at := c.since(now)
 	prev := time.Duration(c.beatAt.Swap(int64(at)))
-	if gap := at - prev; prev != 0 && gap > c.awayMin() {
+	if prev == 0 {
+		return
+	}
+	gap := at - prev
+	if gap > c.absentMin() {
+		c.absentAt.Store(int64(at))
+	}
+	if gap > c.awayMin() {
 		c.awayFor.Store(int64(gap))
 		c.awayAt.Store(int64(at))
 	}
+}
+
+// tickEvery is the away detector's period: a tenth of the liveness
+// timeout, at most 100 ms.
+func (c *Comm) tickEvery() time.Duration { return min(c.cfg.Liveness/10, 100*time.Millisecond) }
+
+// absentMin is the least gap between two ticks of the away detector that
+// counts as an absence for the data links (see absentAfter): three
+// periods (300 ms by default). A tick held up by a busy host counts too;
+// it only lets a read take bytes that are there.
+func (c *Comm) absentMin() time.Duration { return 3 * c.tickEvery() }
+
+// absentAfter reports whether this process was absent (see absentMin)
+// at some time after t: its away detector has not ticked for longer than
+// absentMin (it is only now running again), or such a gap ended after t.
+// A read whose deadline, set at t, passed while its bytes waited unread
+// then reads on (see link.late), whenever the process noticed it.
+func (c *Comm) absentAfter(t time.Time) bool {
+	beat := time.Duration(c.beatAt.Load())
+	if c.cfg.Liveness <= 0 || beat == 0 {
+		return false
+	}
+	if c.since(time.Now())-beat > c.absentMin() {
+		return true
+	}
+	end := time.Duration(c.absentAt.Load())
+	return end != 0 && end > c.since(t)
 }
 
 // away reports whether this process was away (stopped, its VM paused, or

@@ -87,6 +87,7 @@ func newCoordinator(c *Comm, links []*link) *coordinator {
 	co.polled = c.cfg.Spin > 0
 	for _, l := range co.workers {
 		co.polled = co.polled && l.poller != nil
+		l.owner = c
 		l.ctlReads = true
 		l.reqs = make(chan request, 1)
 		l.wreqs = make(chan request, 1)

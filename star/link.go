@@ -53,6 +53,11 @@ type link struct {
 	// lowSet is set while lw has a low-water mark above 1 (see readFull).
 	lowSet bool
 
+	// owner is the communicator of a collective's link (nil during
+	// start-up): its away detector tells late whether this process was
+	// away (see Comm.absentAfter). Set before the link is shared.
+	owner *Comm
+
 	// timeout is the most an I/O call may wait without progress. until,
 	// when set, replaces it with an absolute deadline (start-up).
 	timeout time.Duration
@@ -268,8 +273,10 @@ func (l *link) ioErr(err error, write bool) error {
 
 // late reports whether err, a failed read's, is a deadline that passed
 // while this process, not the peer, was away: it saw the deadline at
-// least lateMin after it passed (the process was stopped, its VM paused,
-// or it was starved of CPU), and the peer's bytes wait unread in the
+// least lateMin after it passed, or its away detector (with control
+// sessions) found it absent since the deadline was set (the process was
+// stopped, its VM paused, or it was starved of CPU; see
+// Comm.absentAfter), and the peer's bytes wait unread in the
 // socket (they came, and no one read them). The link's read deadline is
 // then cleared, so that the next arm sets a fresh one, and the caller
 // reads on. A peer that sent nothing is failed as before; a peer that
@@ -298,7 +305,11 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 	}
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
-	if l.cancelled() != nil || dl.IsZero() || time.Since(*dl) < lateMin(l.timeout) || !moved() {
+	if l.cancelled() != nil || dl.IsZero() {
+		return false
+	}
+	armed := dl.Add(-l.timeout - deadlineSlack(l.timeout))
+	if time.Since(*dl) < lateMin(l.timeout) && (l.owner == nil || !l.owner.absentAfter(armed)) || !moved() {
 		return false
 	}
 	*dl = time.Time{}

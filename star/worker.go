@@ -38,6 +38,7 @@ type worker struct {
 }
 
 func newWorker(c *Comm, up *link) *worker {
+	up.owner = c
 	w := &worker{c: c, up: up, ends: []*link{up}, stopOpening: func() {}}
 	w.fpLive = !c.cfg.control() // no session to wait for
 	return w

@@ -317,11 +317,14 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 }
 
 // lateMin is how long after a deadline passed a rank must notice it to
-// take the timeout for its own absence (see link.late): a tenth of the
-// timeout, at least 10 ms and at most 1 s. A rank that runs notices a
-// deadline within microseconds, or a few milliseconds on a busy host.
+// take the timeout for its own absence (see link.late): 10 ms, or a tenth
+// of a shorter timeout. A rank that runs notices a deadline within
+// microseconds, or a few milliseconds on a busy host; the bytes waiting
+// are the peer's evidence, so a busy host's lateness costs at most one
+// more timeout (a peer hung in the middle of a frame, its first bytes
+// waiting under a read's low-water mark).
 func lateMin(timeout time.Duration) time.Duration {
-	return min(max(timeout/10, 10*time.Millisecond), time.Second)
+	return min(timeout/10, 10*time.Millisecond)
 }
 
 // peerGone reports whether a write failed because the peer closed or reset

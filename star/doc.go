@@ -342,8 +342,8 @@
 //     (a goroutine of its own that only ticks, every tenth of Liveness,
 //     missed that much: its process was stopped, paused or starved), when
 //     it names itself. An end that sees its
-//     liveness deadline pass late (a tenth of Liveness, at least 10 ms,
-//     at most 1 s), or while it did not run, was away itself: it gives
+//     liveness deadline pass late (10 ms, or a tenth of a shorter
+//     Liveness), or while it did not run, was away itself: it gives
 //     its peer a whole Liveness from then (heartbeats that came meanwhile
 //     wait unread) before it judges it; a read of a data link that saw its
 //     deadline pass that late, with the peer's bytes waiting unread in

@@ -298,15 +298,22 @@ func (c *Comm) absentMin() time.Duration { return 3 * c.tickEvery() }
 // A read whose deadline, set at t, passed while its bytes waited unread
 // then reads on (see link.late), whenever the process noticed it.
 func (c *Comm) absentAfter(t time.Time) bool {
+	return c.goneSince(t, time.Now(), c.absentMin(), &c.absentAt)
+}
+
+// goneSince reports whether, by now, the away detector has not ticked for
+// longer than least, or a gap that long (whose end is in *end) ended
+// after t. Without control sessions: never.
+func (c *Comm) goneSince(t, now time.Time, least time.Duration, end *atomic.Int64) bool {
 	beat := time.Duration(c.beatAt.Load())
 	if c.cfg.Liveness <= 0 || beat == 0 {
 		return false
 	}
-	if c.since(time.Now())-beat > c.absentMin() {
+	if c.since(now)-beat > least {
 		return true
 	}
-	end := time.Duration(c.absentAt.Load())
-	return end != 0 && end > c.since(t)
+	e := time.Duration(end.Load())
+	return e != 0 && e > c.since(t)
 }
 
 // away reports whether this process was away (stopped, its VM paused, or
@@ -335,15 +342,7 @@ func (c *Comm) away(now time.Time) (time.Duration, bool) {
 // after t: it is only now running again, or its last absence ended after
 // t.
 func (c *Comm) awaySince(t, now time.Time) bool {
-	beat := time.Duration(c.beatAt.Load())
-	if c.cfg.Liveness <= 0 || beat == 0 {
-		return false
-	}
-	if c.since(now)-beat > c.awayMin() {
-		return true
-	}
-	end := time.Duration(c.awayAt.Load())
-	return end != 0 && end > c.since(t)
+	return c.goneSince(t, now, c.awayMin(), &c.awayAt)
 }
 
 // farewellWait bounds how long stop waits for its farewell to be written

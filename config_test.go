@@ -745,14 +745,21 @@ func TestConfigSuggestion(t *testing.T) {
 	}
 }
 
+// clearCobreEnv blanks every COBRE_* variable of the test's environment
+// for the rest of the test (a blank variable is unset for starcomm).
+func clearCobreEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "COBRE_") {
+			t.Setenv(k, "")
+		}
+	}
+}
+
 // TestConfigFromEnvReadsEnviron: ConfigFromEnv sees every variable of the
 // process environment, so it reports unknown ones.
 func TestConfigFromEnvReadsEnviron(t *testing.T) {
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "COBRE_") {
-			t.Setenv(k, "") // blank: unset for starcomm
-		}
-	}
+	clearCobreEnv(t)
 	t.Setenv("COBRE_TCP_CORDINATOR", "node0")
 	t.Setenv("COBRE_TCP_SIZE", "1")
 	_, err := starcomm.ConfigFromEnv()
@@ -960,11 +967,7 @@ func TestConfigREADMETable(t *testing.T) {
 // still lets its launcher name the rank. ConfigFromEnv itself writes
 // nothing (a program may probe it).
 func TestRecordConfigError(t *testing.T) {
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "COBRE_") {
-			t.Setenv(k, "") // blank: unset for starcomm
-		}
-	}
+	clearCobreEnv(t)
 	path := filepath.Join(t.TempDir(), "rank.json")
 	t.Setenv("COBRE_ERROR_FILE", path)
 	t.Setenv("COBRE_TCP_RANK", "1")

@@ -25,6 +25,10 @@ func TestAway(t *testing.T) {
 	last := t0.Add(800 * time.Millisecond)
 	_, away = c.away(last.Add(1500 * time.Millisecond))
 	assert.False(t, away, "1.5 s without a tick: less than 1.6 s")
+	assert.False(t, c.absentAcross(last.Add(100*time.Millisecond), last.Add(500*time.Millisecond), 0), "no tick for 500 ms: less than three missed")
+	assert.True(t, c.absentAcross(last.Add(100*time.Millisecond), last.Add(700*time.Millisecond), 0), "no tick for 700 ms, across the deadline: the process is only now running again")
+	assert.False(t, c.absentAcross(last.Add(100*time.Millisecond), last.Add(700*time.Millisecond), time.Second), "but for no longer than half the link's timeout")
+	assert.False(t, c.absentAcross(last.Add(-time.Millisecond), last.Add(700*time.Millisecond), 0), "a deadline that passed before the last tick")
 	d, away := c.away(last.Add(1700 * time.Millisecond))
 	assert.True(t, away, "no tick for 1.7 s: the process is only now running again")
 	assert.Equal(t, 1700*time.Millisecond, d)
@@ -39,6 +43,10 @@ func TestAway(t *testing.T) {
 	assert.False(t, c.awaySince(back.Add(time.Millisecond), back.Add(2*time.Millisecond)), "nothing since the gap's end")
 	assert.True(t, c.absentAfter(last), "a data link's deadline set before the gap")
 	assert.False(t, c.absentAfter(back.Add(time.Millisecond)), "a deadline set after it")
+	assert.True(t, c.absentAcross(last.Add(time.Second), back.Add(time.Millisecond), time.Second), "a deadline that passed within the 3 s gap")
+	assert.False(t, c.absentAcross(last.Add(-time.Millisecond), back.Add(time.Millisecond), time.Second), "a deadline that passed before the gap")
+	assert.False(t, c.absentAcross(back.Add(time.Millisecond), back.Add(2*time.Millisecond), time.Second), "a deadline that passed after the gap")
+	assert.False(t, c.absentAcross(last.Add(time.Second), back.Add(time.Millisecond), 3*time.Second), "a gap no longer than half the link's timeout")
 	for i := 1; i <= 30; i++ {
 		c.ticked(back.Add(time.Duration(i) * 200 * time.Millisecond))
 	}

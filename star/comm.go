@@ -83,10 +83,11 @@ type Comm struct {
 	// ticked (0: never), awayAt when a gap between two of its ticks of
 	// more than awayMin last ended, awayFor that gap: this process was
 	// stopped, paused or starved of CPU.
-	// absentAt is when a shorter gap (more than absentMin) last ended.
-	epoch                             time.Time
-	beatAt, awayAt, awayFor, absentAt atomic.Int64
-	awayOnce                          sync.Once
+	// absentAt is when a shorter gap (more than absentMin) last ended,
+	// absentFor that gap.
+	epoch                                        time.Time
+	beatAt, awayAt, awayFor, absentAt, absentFor atomic.Int64
+	awayOnce                                     sync.Once
 
 	// Scratch reused across collectives so steady state does not allocate.
 	parts [][]byte

@@ -271,6 +271,7 @@ func (c *Comm) ticked(now time.Time) {
 	}
 	gap := at - prev
 	if gap > c.absentMin() {
+		c.absentFor.Store(int64(gap))
 		c.absentAt.Store(int64(at))
 	}
 	if gap > c.awayMin() {
@@ -299,6 +300,25 @@ func (c *Comm) absentMin() time.Duration { return 3 * c.tickEvery() }
 // then reads on (see link.late), whenever the process noticed it.
 func (c *Comm) absentAfter(t time.Time) bool {
 	return c.goneSince(t, time.Now(), c.absentMin(), &c.absentAt)
+}
+
+// absentAcross reports whether this process was absent at t, a deadline
+// that it noticed only at now, for longer than least and absentMin: its away
+// detector has not ticked since before t for that long (it is only now
+// running again), or its last gap that long began before t and ended
+// after it. Without control sessions: never.
+func (c *Comm) absentAcross(t, now time.Time, least time.Duration) bool {
+	beat := time.Duration(c.beatAt.Load())
+	if c.cfg.Liveness <= 0 || beat == 0 {
+		return false
+	}
+	at, at2 := c.since(t), c.since(now)
+	least = max(least, c.absentMin())
+	if beat < at && at2-beat > least {
+		return true
+	}
+	e, d := time.Duration(c.absentAt.Load()), time.Duration(c.absentFor.Load())
+	return e > at && e-d < at && d > least
 }
 
 // goneSince reports whether, by now, the away detector has not ticked for

@@ -37,6 +37,11 @@ const (
 	// frame and is about to attach its session (the hook's rank is the
 	// worker's).
 	hookSessionSetUp = "session-set-up"
+	// hookAbsent: a link whose deadline passed in the middle of this
+	// process's absence, with nothing from its peer to show, gives the
+	// peer a fresh timeout (the hook's rank is the peer's; see
+	// link.late).
+	hookAbsent = "absent"
 	// hookAwaitSession: the desync check waits for a worker's control
 	// session, not attached yet (the hook's rank is the worker's).
 	hookAwaitSession = "await-session"

@@ -46,12 +46,12 @@ func tcpLinkPair(t *testing.T, timeout time.Duration) (*link, transport.Conn) {
 // when the process stopped), or in its first Yield (a polling rank that
 // stopped between two rounds), or in its first Write (a write parked when
 // the process stopped). during runs as it goes away: what the peer
-// does meanwhile.
+// does meanwhile; back as it comes back.
 type awayConn struct {
 	*tcp.Conn
-	away   time.Duration
-	during func()
-	gone   bool
+	away         time.Duration
+	during, back func()
+	gone         bool
 }
 
 func (c *awayConn) goAway() {
@@ -61,6 +61,9 @@ func (c *awayConn) goAway() {
 			c.during()
 		}
 		time.Sleep(c.away) // the scenario: this rank is not running
+		if c.back != nil {
+			c.back()
+		}
 	}
 }
 
@@ -140,6 +143,125 @@ func TestLateWriterWritesOn(t *testing.T) {
 	frame := append(lateHeader(4, TagBroadcast), 7, 8, 9)
 	require.NoError(t, l.writeArmed(frame))
 	require.True(t, ac.gone, "the rank went away")
+	got := make([]byte, len(frame))
+	_, err := io.ReadFull(peer, got)
+	require.NoError(t, err)
+	assert.Equal(t, frame, got)
+}
+
+// awayDetector returns a communicator whose away detector (see
+// Comm.watchAway) has ticked once, every tenth of a 200 ms liveness
+// timeout, and a function for an awayConn's back: the detector's first
+// tick after the absence, after which it ticks on until the test ends.
+func awayDetector(t *testing.T, timeout time.Duration) (*Comm, func()) {
+	c := &Comm{cfg: Config{Liveness: 200 * time.Millisecond, Timeout: timeout}, epoch: time.Now(), closeDone: make(chan struct{})}
+	t.Cleanup(func() { close(c.closeDone) })
+	c.ticked(time.Now())
+	return c, func() { c.ticked(time.Now()); c.watchAway() }
+}
+
+// TestAbsentReaderGivesAFreshTimeout: a rank whose read deadline passed
+// in the middle of an absence that its away detector saw (longer than
+// half the timeout), with nothing from the peer waiting, gives the peer a
+// whole timeout from its return, as when every rank's VM was paused
+// together and the peer has not run since either: a frame that comes
+// then is read, parked or polled; a peer that sends nothing even then is
+// failed one timeout after the rank came back. Before, the rank failed
+// the peer as it came back.
+func TestAbsentReaderGivesAFreshTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	away := 2*timeout + lateMin(timeout)
+	for _, how := range []string{"parked", "polled"} {
+		for _, sends := range []bool{true, false} {
+			name := how + "/frame-comes-after"
+			if !sends {
+				name = how + "/nothing-comes"
+			}
+			t.Run(name, func(t *testing.T) {
+				l, peer := tcpLinkPair(t, timeout)
+				c, back := awayDetector(t, timeout)
+				ac := &awayConn{Conn: l.conn.(*tcp.Conn), away: away, back: back}
+				l = newLink(1, ac, timeout)
+				l.owner = c
+				spared := 0
+				restore := SetTestHook(func(rank int, point string) {
+					if point != hookAbsent {
+						return
+					}
+					assert.Equal(t, 1, rank, "the peer's rank")
+					spared++
+					if sends {
+						_, err := peer.Write(append(lateHeader(4, TagBroadcast), 7, 8, 9))
+						assert.NoError(t, err)
+					}
+				})
+				defer restore()
+				part := make([]byte, 3)
+				l.beginRead(TagBroadcast, [][]byte{part})
+				start := time.Now()
+				var err error
+				if how == "parked" {
+					err = l.finishRead()
+				} else {
+					var done int
+					done, _, err = pollLinks(time.Second, time.Second, l)
+					if err == nil && done == 0 {
+						err = l.finishRead()
+					}
+				}
+				require.True(t, ac.gone, "the rank went away")
+				assert.Equal(t, 1, spared, "one fresh timeout")
+				if !sends {
+					require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the peer sent nothing in a whole timeout after the rank's return")
+					assert.GreaterOrEqual(t, time.Since(start), away+timeout, "a whole timeout from the rank's return")
+					return
+				}
+				require.NoError(t, err)
+				assert.Equal(t, []byte{7, 8, 9}, part)
+			})
+		}
+	}
+}
+
+// TestAbsentWriterGivesAFreshTimeout: the same for a write that the peer
+// took nothing of while this rank was away across the deadline (the
+// peer's receive buffer full): once the peer reads again, after the
+// rank's return, the write completes. Before, the write failed the peer.
+func TestAbsentWriterGivesAFreshTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	l, peer := tcpLinkPair(t, timeout)
+	// Fill the socket's buffers, so that the next write waits for the peer.
+	tc := l.conn.(*tcp.Conn)
+	require.NoError(t, tc.SetWriteDeadline(time.Now().Add(50*time.Millisecond)))
+	var filled int
+	chunk := make([]byte, 64<<10)
+	for {
+		n, err := tc.Write(chunk)
+		filled += n
+		if err != nil {
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			break
+		}
+	}
+	require.NoError(t, tc.SetWriteDeadline(time.Time{}))
+	c, back := awayDetector(t, timeout)
+	ac := &awayConn{Conn: tc, away: 2*timeout + lateMin(timeout), back: back}
+	l = newLink(1, ac, timeout)
+	l.owner = c
+	drained := make(chan error, 1)
+	restore := SetTestHook(func(rank int, point string) {
+		if point == hookAbsent {
+			go func() { // the peer runs again and reads everything
+				_, err := io.CopyN(io.Discard, peer, int64(filled))
+				drained <- err
+			}()
+		}
+	})
+	defer restore()
+	frame := append(lateHeader(4, TagBroadcast), 7, 8, 9)
+	require.NoError(t, l.writeArmed(frame))
+	require.True(t, ac.gone, "the rank went away")
+	require.NoError(t, <-drained)
 	got := make([]byte, len(frame))
 	_, err := io.ReadFull(peer, got)
 	require.NoError(t, err)

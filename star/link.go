@@ -277,12 +277,17 @@ func (l *link) ioErr(err error, write bool) error {
 // sessions) found it absent since the deadline was set (the process was
 // stopped, its VM paused, or it was starved of CPU; see
 // Comm.absentAfter), and the peer's bytes wait unread in the
-// socket (they came, and no one read them). The link's read deadline is
-// then cleared, so that the next arm sets a fresh one, and the caller
-// reads on. A peer that sent nothing is failed as before; a peer that
-// hangs mid-frame while this process was away too is failed one timeout
-// later. A link that cannot tell what waits unread (see
-// transport.UnreadCounter) never reads on.
+// socket (they came, and no one read them). Or, with nothing waiting:
+// the deadline passed in the middle of an absence longer than half the
+// timeout that the away detector saw (see Comm.absentAcross), as when
+// every rank's VM is paused together and the peer has not run since
+// either. The link's read deadline is then cleared, so that the next arm
+// sets a fresh one, and the caller reads on: the peer gets a whole
+// timeout from this process's return. A peer that sent nothing is
+// otherwise failed as before; a peer that hangs mid-frame, or hung,
+// while this process was away too is failed one timeout later. A link
+// that cannot tell what waits unread (see transport.UnreadCounter) never
+// reads on.
 func (l *link) late(err error) bool {
 	return l.ur != nil && l.lateAt(err, &l.rdl, func() bool { n, err := l.ur.Unread(); return err == nil && n > 0 })
 }
@@ -290,9 +295,10 @@ func (l *link) late(err error) bool {
 // lateWrite is late for a failed write: a deadline that this process saw
 // pass at least lateMin late while the system had sent every byte written
 // before (nothing waits unsent in the socket): the peer kept up, and this
-// process was away. The write deadline is cleared, and the caller writes
-// on (the rest of what it was writing). A peer that took nothing, while
-// this process was away or not, is failed as before.
+// process was away; or a deadline that passed in the middle of a long
+// absence (as for late). The write deadline is cleared, and the caller
+// writes on (the rest of what it was writing). A peer that took nothing
+// is otherwise failed as before.
 func (l *link) lateWrite(err error) bool {
 	return l.uc != nil && l.lateAt(err, &l.wdl, func() bool { n, err := l.uc.Unsent(); return err == nil && n == 0 })
 }
@@ -309,10 +315,16 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 		return false
 	}
 	armed := dl.Add(-l.timeout - deadlineSlack(l.timeout))
-	if time.Since(*dl) < lateMin(l.timeout) && (l.owner == nil || !l.owner.absentAfter(armed)) || !moved() {
+	late := time.Since(*dl) >= lateMin(l.timeout) || l.owner != nil && l.owner.absentAfter(armed)
+	if late && moved() {
+		*dl = time.Time{}
+		return true
+	}
+	if l.owner == nil || !l.owner.absentAcross(*dl, time.Now(), l.timeout/2) {
 		return false
 	}
 	*dl = time.Time{}
+	callHook(l.peer, hookAbsent)
 	return true
 }
 

@@ -46,8 +46,12 @@ type call struct {
 	rop    comm.ReduceOp
 }
 
-// Operation codes of a fingerprint.
-var opCodes = map[string]byte{comm.OpAllgatherv: 1, comm.OpAllreduce: 2, comm.OpBroadcast: 3, comm.OpBarrier: 4}
+// Operation codes of a fingerprint. A worker that closes its
+// communicator sends the fingerprint of a call to OpClose as the next
+// collective's (see worker.shutdown): a coordinator waiting for that
+// collective's fingerprints then fails every rank at once, naming it,
+// instead of waiting out the timeout.
+var opCodes = map[string]byte{comm.OpAllgatherv: 1, comm.OpAllreduce: 2, comm.OpBroadcast: 3, comm.OpBarrier: 4, OpClose: 5}
 
 // fingerprint appends to dst[:0] the canonical bytes of collective seq
 // called as cl: seq u64 BE, op u8, element type u8, reduce op u8, root u32
@@ -94,6 +98,8 @@ func describeFingerprint(fp []byte) string {
 		return fmt.Sprintf("broadcast(%v, n=%d, root=%d)", dt, n, root)
 	case comm.OpBarrier:
 		return "barrier()"
+	case OpClose:
+		return "Close() (it closed its communicator)"
 	}
 	return fmt.Sprintf("an unknown call (%x)", fp)
 }

@@ -2,6 +2,7 @@ package star_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,6 +102,51 @@ func TestDesyncCheckAfterRejectedCall(t *testing.T) {
 					require.NoError(t, err, "rank %d", r)
 				}
 			})
+		})
+	}
+}
+
+// TestDesyncCheckWorkerClosed: with the desync check on, a worker that
+// closes its communicator while the others wait in a collective is named
+// at once, on every rank, as without the check (its data link's end
+// shows it there). Before, the coordinator waited for the closing
+// worker's fingerprint for the whole collective timeout, and the ranks
+// failed as if it had hung, while its Close waited as long for rank 0's
+// Shutdown.
+func TestDesyncCheckWorkerClosed(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	for _, nw := range []struct {
+		name string
+		nw   testkit.Network
+	}{{"pipe", testkit.NewPipeNetwork()}, {"tcp", testkit.NewTCPNetwork()}} {
+		t.Run(nw.name, func(t *testing.T) {
+			const timeout = 20 * time.Second
+			comms, err := testkit.StartStar(context.Background(), nw.nw, 3, func(c *star.Config) {
+				c.Timeout, c.Liveness, c.CheckCollectives = timeout, 10*time.Second, true
+			})
+			require.NoError(t, err)
+			defer testkit.CloseAll(comms)
+			ctx := context.Background()
+			start := time.Now()
+			errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				if c.Rank() == 2 {
+					return c.Close()
+				}
+				return c.Barrier(ctx)
+			})
+			elapsed := time.Since(start)
+			for r := range 2 {
+				cf := collectiveFailed(t, errs[r], 2)
+				assert.Contains(t, cf.Error(), "collective #2: rank 2 called Close() (it closed its communicator); ranks 0,1 called barrier()", "rank %d", r)
+				assert.ErrorIs(t, errs[r], star.ErrDesync, "rank %d", r)
+			}
+			require.Error(t, errs[2])
+			assert.Contains(t, errs[2].Error(), "rank 0 aborted instead of shutting down: aborted by rank 0: ")
+			assert.Equal(t, 1, strings.Count(errs[2].Error(), "rank 2 called Close()"), "the reason once: %v", errs[2])
+			assert.Less(t, elapsed, timeout/2, "named at once, not at the timeout")
 		})
 	}
 }

@@ -406,7 +406,9 @@
 //     operation, element type, counts or length, root, reduce op); the
 //     coordinator compares every rank's with its own and, on a mismatch,
 //     fails every rank with a *DesyncError (errors.Is ErrDesync) naming
-//     the rank that differs and how. A worker's first collectives can
+//     the rank that differs and how (a worker that closes sends a Close
+//     as the next collective's fingerprint, so that a coordinator
+//     waiting for it fails at once). A worker's first collectives can
 //     come before its session is attached: the coordinator then waits for
 //     it while it is being set up, or, for 2 s after start-up, not yet
 //     asked for (at most the collective timeout), so those are checked

@@ -166,6 +166,15 @@ func (w *worker) barrier() error {
 // the link with that failure).
 func (w *worker) shutdown() error {
 	l := w.up
+	if w.c.cfg.CheckCollectives && w.c.size > 1 {
+		// The desync check: a coordinator waiting for the next
+		// collective's fingerprints learns at once that this rank
+		// closed instead (see opCodes).
+		w.c.stateMu.Lock()
+		next := w.c.seq + 1
+		w.c.stateMu.Unlock()
+		_ = w.checkCall(next, &call{op: OpClose})
+	}
 	if l.cw != nil {
 		_ = l.cw.CloseWrite()
 	}
@@ -188,7 +197,7 @@ func (w *worker) shutdown() error {
 	case errors.As(err, &ex):
 		why, blame = "waiting for rank 0's Shutdown: "+ex.Error(), ex.Rank
 	case errors.As(err, &ab):
-		why = "rank 0 aborted instead of shutting down: " + ab.Reason
+		why = "rank 0 aborted instead of shutting down: " + err.Error() // the reason once
 		if ab.Rank >= 0 && ab.Rank < w.c.size {
 			blame = ab.Rank // possibly this rank, gone while the others were in a collective
 		}

@@ -540,6 +540,8 @@ func TestConfigValidateRules(t *testing.T) {
 		{"Backend=local,Rank=1", with(func(c *starcomm.Config) { c.Backend, c.Rank = "local", 1 }), "local", []string{"Rank"}, ""},
 		{"Backend=local,Port=-1", with(func(c *starcomm.Config) { c.Backend, c.Port = "local", -1 }), "local", nil, ""},
 		{"Backend=tcp,Size=0", with(func(c *starcomm.Config) { c.Backend, c.Size = "tcp", 0 }), "tcp", []string{"Size"}, ""},
+		{"Backend=shm,Size=0", with(func(c *starcomm.Config) { c.Backend, c.Size, c.ShmName = "shm", 0, "seg" }), "shm", []string{"Size"},
+			`starcomm: invalid Size="0": must be at least 1`},
 		{"Backend=tcp,Rank=-1", with(func(c *starcomm.Config) { c.Backend, c.Rank = "tcp", -1 }), "tcp", []string{"Rank"}, ""},
 		{"Backend=tcp,Size=2,Rank=1,Port=0", with(func(c *starcomm.Config) { c.Backend, c.Size, c.Rank, c.Coordinator, c.Port = "tcp", 2, 1, "h", 0 }), "tcp", []string{"Port"}, ""},
 		{"Backend=tcp,Port=0", with(func(c *starcomm.Config) { c.Backend, c.Port = "tcp", 0 }), "tcp", nil, ""},

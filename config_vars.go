@@ -577,9 +577,10 @@ func portInRange(_ string, c Config) string {
 	return ""
 }
 
-// sizeAtLeast1 lets local keep the zero Size of a Config literal.
+// sizeAtLeast1 lets local keep the zero Size of a Config literal (tcp and
+// shm need it: a Size of 0 is named, not the Rank it leaves no room for).
 func sizeAtLeast1(b string, c Config) string {
-	if c.Size < 0 || (c.Size == 0 && b == BackendTCP) {
+	if c.Size < 0 || (c.Size == 0 && b != BackendLocal) {
 		return "must be at least 1"
 	}
 	return ""

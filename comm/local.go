@@ -24,11 +24,11 @@ func (l *Local) Rank() int { return 0 }
 func (l *Local) Size() int { return 1 }
 
 func (l *Local) begin(ctx context.Context, op string) error {
+	if l.closed.Load() {
+		return ErrInvalidCommunicator // whatever the arguments
+	}
 	if err := CheckContext(op, ctx); err != nil {
 		return err
-	}
-	if l.closed.Load() {
-		return ErrInvalidCommunicator
 	}
 	if err := ctx.Err(); err != nil {
 		return &CollectiveFailedError{Operation: op, Message: "context done before the collective started", Rank: 0, Err: err}

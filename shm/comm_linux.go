@@ -299,11 +299,11 @@ func (c *Comm) Provider() Provider { return &posixProvider{c: c} }
 // failed. It
 // locks active; end unlocks it.
 func (c *Comm) begin(ctx context.Context, op string) error {
+	if c.closed.Load() {
+		return comm.ErrInvalidCommunicator // whatever the arguments
+	}
 	if err := comm.CheckContext(op, ctx); err != nil {
 		return err
-	}
-	if c.closed.Load() {
-		return comm.ErrInvalidCommunicator
 	}
 	if f := c.failure.Load(); f != nil {
 		return &comm.CollectiveFailedError{Operation: op, Rank: f.blamed,

@@ -318,13 +318,13 @@ func (c *Comm) cancelLinks(err error) {
 // returns a pending failure (see interrupt) for the collective to fail
 // with.
 func (c *Comm) begin(ctx context.Context, op string, root int) (pending, err error) {
-	if err := comm.CheckContext(op, ctx); err != nil {
-		return nil, err
-	}
 	c.stateMu.Lock()
 	defer c.stateMu.Unlock()
 	if c.closed {
-		return nil, comm.ErrInvalidCommunicator
+		return nil, comm.ErrInvalidCommunicator // whatever the arguments
+	}
+	if err := comm.CheckContext(op, ctx); err != nil {
+		return nil, err
 	}
 	if c.failed != nil {
 		return nil, &comm.CollectiveFailedError{Operation: op, Rank: blameOf(c.failed, -1), Message: "communicator is fail-stop after an earlier failure", Err: c.failed}

@@ -36,7 +36,7 @@ type Case struct {
 	// Run executes the case on one rank and returns what went wrong there.
 	Run func(ctx context.Context, e Env) error
 	// Breaks is true when the case leaves the communicator failed (the
-	// mismatch cases); nothing may run on it afterwards.
+	// mismatch cases) or closed; nothing may run on it afterwards.
 	Breaks bool
 }
 
@@ -739,6 +739,38 @@ func sequencingCases() []Case {
 		}},
 		{Name: "Sequencing_ThousandMixed", Run: func(ctx context.Context, e Env) error {
 			return MixedOps(ctx, e.Comm, 42, 1000)
+		}},
+		{Name: "Close_ThenAnyCall", Breaks: true, Run: func(ctx context.Context, e Env) error {
+			// After Close, every collective returns
+			// ErrInvalidCommunicator, whatever its arguments (a nil
+			// context, a root out of range, counts of the wrong
+			// length), and Close again returns nil.
+			c := e.Comm
+			if err := c.Close(); err != nil {
+				return fmt.Errorf("close: %w", err)
+			}
+			var none context.Context
+			one := []float64{1}
+			calls := map[string]error{
+				"allgatherv, nil context":      comm.Allgatherv(none, c, one, make([]float64, c.Size()), nil, nil),
+				"allgatherv, wrong counts":     comm.Allgatherv(ctx, c, one, nil, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}, nil),
+				"allreduce, nil context":       comm.Allreduce(none, c, one, make([]float64, 1), comm.Sum),
+				"allreduce, lengths differ":    comm.Allreduce(ctx, c, one, nil, comm.Sum),
+				"broadcast, nil context":       comm.Broadcast(none, c, one, 0),
+				"broadcast, root -1":           comm.Broadcast(ctx, c, one, -1),
+				"broadcast, root out of range": comm.Broadcast(ctx, c, one, c.Size()),
+				"barrier, nil context":         c.Barrier(none),
+				"barrier":                      c.Barrier(ctx),
+			}
+			for what, err := range calls {
+				if !errors.Is(err, comm.ErrInvalidCommunicator) {
+					return fmt.Errorf("%s after Close: %v, want comm.ErrInvalidCommunicator", what, err)
+				}
+			}
+			if err := c.Close(); err != nil {
+				return fmt.Errorf("second close: %w", err)
+			}
+			return nil
 		}},
 	}
 }

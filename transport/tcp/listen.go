@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"syscall"
 
@@ -40,6 +41,19 @@ func (e *AddrInUseError) Error() string {
 // Unwrap returns the underlying error.
 func (e *AddrInUseError) Unwrap() error { return e.Err }
 
+// listenNetwork is the network Listen listens on for bind address host:
+// "tcp4" for an IPv4 address, 0.0.0.0 included (every IPv4 interface, and
+// IPv4 only: Go's "tcp" would listen there on a dual-stack socket that
+// takes IPv6 connections too, open to peers that a firewall of IPv4 alone
+// was meant to keep out), else "tcp" (:: for every interface, IPv4 and
+// IPv6; an IPv6 address; a name).
+func listenNetwork(host string) string {
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Is4() {
+		return "tcp4"
+	}
+	return "tcp"
+}
+
 // Listen listens on cfg.BindAddr at port; port 0 picks a free port, which
 // Port then reports. It returns the Config's validation error for an invalid
 // cfg, an *AddrInUseError when the address is taken, an error saying that
@@ -58,7 +72,7 @@ func Listen(cfg Config, port int) (*Listener, error) {
 		Control:   control(cfg),
 		KeepAlive: -1, // configure sets keep-alive on each accepted connection
 	}
-	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	ln, err := lc.Listen(context.Background(), listenNetwork(cfg.BindAddr), addr)
 	if err != nil {
 		var dnsErr *net.DNSError
 		switch {

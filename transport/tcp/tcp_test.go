@@ -168,6 +168,57 @@ func TestListenPortAndAddr(t *testing.T) {
 	}
 }
 
+// TestListenIPv4Only: 0.0.0.0 is every IPv4 interface and IPv4 only (a
+// connection to ::1 is refused; Go's "tcp" network listened there on a
+// dual-stack socket that took it); :: is every interface, IPv4 and IPv6.
+func TestListenIPv4Only(t *testing.T) {
+	for _, tc := range []struct {
+		bind string
+		ipv6 bool
+	}{{"0.0.0.0", false}, {"::", true}} {
+		t.Run(tc.bind, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.BindAddr = tc.bind
+			l, err := Listen(cfg, 0)
+			if err != nil {
+				t.Fatalf("Listen: %v", err)
+			}
+			defer l.Close()
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					_ = c.Close()
+				}
+			}()
+			port := strconv.Itoa(l.Port())
+			c, err := net.Dial("tcp4", net.JoinHostPort("127.0.0.1", port))
+			if err != nil {
+				t.Fatalf("dial 127.0.0.1: %v", err)
+			}
+			_ = c.Close()
+			c, err = net.Dial("tcp6", net.JoinHostPort("::1", port))
+			if tc.ipv6 && err != nil {
+				t.Fatalf("dial ::1 with %s bound: %v", tc.bind, err)
+			}
+			if !tc.ipv6 {
+				if err == nil {
+					_ = c.Close()
+					t.Fatalf("dial ::1 with %s bound: connected, want refused (IPv4 only)", tc.bind)
+				}
+				if !errors.Is(err, syscall.ECONNREFUSED) {
+					t.Fatalf("dial ::1 with %s bound: %v, want connection refused", tc.bind, err)
+				}
+			}
+			if err == nil {
+				_ = c.Close()
+			}
+		})
+	}
+}
+
 func TestListenAddrInUse(t *testing.T) {
 	cfg := testConfig()
 	l, err := Listen(cfg, 0)

@@ -612,3 +612,35 @@ func processRuns(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || !strings.HasPrefix(s[i+1:], " Z")
 }
+
+// TestMultihostDeadFirstAddress: the coordinator's name has two
+// addresses, and the first is a host whose firewall drops every packet
+// (no refusal, no ICMP). The workers reach the second within a share of
+// one connection attempt (tcp's attemptTimeout), and their control
+// sessions go straight to the address that answered: every rank is done
+// within seconds. Before, Go's dialer gave the dead address half the
+// 30 s connect timeout, and the control session, dialing the name again,
+// half its 10 s handshake timeout (20 s in all, liveness off meanwhile).
+func TestMultihostDeadFirstAddress(t *testing.T) {
+	skipUnlessNetns(t, true)
+	const size = 3
+	names := hostNames(size + 1)
+	names[size] = "" // the dead host
+	n := newHosts(t, size+1, netns.Options{Names: names})
+	require.NoError(t, n.Block(size))
+	require.NoError(t, n.AddName("coord", n.Addr(size), n.Addr(0)))
+	ctx := chaosWatchdog(t)
+	start := time.Now()
+	procs := startChaosCmds(t, repeat("slow", size), func(r int) *exec.Cmd {
+		cmd := n.SelfCommand(r)
+		cmd.Env = hostEnv("coord", "COBRE_TCP_CONNECT_TIMEOUT_MS=30000", "COBRE_TCP_LIVENESS_SECS=10")
+		return cmd
+	}, envSlowIters+"=1")
+	for _, p := range procs {
+		l := p.await(t, ctx, "DONE ")
+		took := l.at.Sub(start)
+		t.Logf("rank %d done %.0f ms after the start (control session up, one barrier, Close)", p.rank, ms(took))
+		assert.Less(t, took, 8*time.Second, "rank %d: the dead address held it up", p.rank)
+		assert.Equal(t, 0, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,6 +42,14 @@ var retryableErrnos = []error{
 	syscall.EADDRNOTAVAIL, // ephemeral ports exhausted, or the local address not up yet
 }
 
+// attemptTimeout bounds one connection attempt of Dial (to every address
+// of a name), so that a name whose first address drops packets reaches
+// the next within a share of it: Go's dialer gives each address an equal
+// share of what is left, one after another. It is longer than the
+// system's first SYN retransmission (1 s), so one lost SYN does not cut
+// an attempt short; a cut attempt is retried like any timeout.
+const attemptTimeout = 3 * time.Second
+
 // Dialer connects to a Listener, retrying while the address is not reachable
 // yet: workers often start before the coordinator listens. It implements
 // transport.Dialer. A Dialer is safe for concurrent use.
@@ -48,6 +57,13 @@ type Dialer struct {
 	cfg Config
 	err error // cfg's validation error, returned by every Dial
 	nd  net.Dialer
+
+	// pinned maps an address that Dial was given (host:port) to the
+	// address it last connected to (IP:port): a later Dial of the same
+	// address (a worker's control session, beside its data link) tries
+	// that one first, not the name's first address again, which may be
+	// one that drops packets.
+	pinned sync.Map
 
 	// attempted, when set (by tests), is called after each failed
 	// connection attempt with its number, from 1, and its error.
@@ -220,8 +236,21 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (transport.Conn, error) 
 	}
 	for {
 		attempts++
-		nc, err := d.nd.DialContext(dctx, "tcp", addr)
+		target := addr
+		if p, ok := d.pinned.Load(addr); ok && attempts == 1 {
+			target = p.(string)
+		}
+		// Each attempt has attemptTimeout at most, which Go's dialer
+		// shares out among a name's addresses, one after another: an
+		// address that drops packets holds up the next one for a share
+		// of it, not of the whole ConnectTimeout; the loop retries.
+		nd := d.nd
+		nd.Timeout = attemptTimeout
+		nc, err := nd.DialContext(dctx, "tcp", target)
 		if err == nil {
+			if ra, ok := nc.RemoteAddr().(*net.TCPAddr); ok && target == addr {
+				d.pinned.Store(addr, ra.String())
+			}
 			tc := nc.(*net.TCPConn)
 			c, err := newConn(tc, d.cfg)
 			if err != nil {

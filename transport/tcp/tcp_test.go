@@ -697,3 +697,37 @@ func TestCheckAddrValid(t *testing.T) {
 		}
 	}
 }
+
+// TestDialPinsTheAddressThatAnswered: a Dial of a name remembers the
+// address that answered, and the next Dial of the same name tries it
+// first (a worker's control session, beside its data link: not the
+// name's first address again, which may drop packets).
+func TestDialPinsTheAddressThatAnswered(t *testing.T) {
+	l, err := Listen(testConfig(), 0)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	d := NewDialer(testConfig())
+	name := net.JoinHostPort("localhost", strconv.Itoa(l.Port()))
+	for i := range 2 {
+		c, err := d.Dial(context.Background(), name)
+		if err != nil {
+			t.Fatalf("dial %d of %s: %v", i+1, name, err)
+		}
+		_ = c.Close()
+		p, ok := d.pinned.Load(name)
+		if want := l.Addr(); !ok || p != want {
+			t.Fatalf("after dial %d of %s: pinned %v, want %s (the address that answered)", i+1, name, p, want)
+		}
+	}
+}

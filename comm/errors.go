@@ -11,6 +11,12 @@ import (
 // has been closed.
 var ErrInvalidCommunicator = errors.New("comm: invalid communicator (closed)")
 
+// ErrPeerClosed is the cause the other ranks' collective fails with when a
+// rank closed its communicator during that collective (Close from another
+// goroutine), or, on the shm backend, while they waited for it in one: the
+// closing rank's own collective fails with ErrInvalidCommunicator.
+var ErrPeerClosed = errors.New("comm: a rank closed its communicator during the collective")
+
 // CollectiveFailedError reports a collective that could not complete: a peer
 // crashed, hung, reset or cut off the connection, sent an unexpected frame,
 // or the caller's context was cancelled. It is the spec's

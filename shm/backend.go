@@ -101,8 +101,9 @@ var (
 	// communicator (crashed, was killed, or exited).
 	ErrPeerExited = errors.New("process exited without closing the communicator")
 	// ErrPeerClosed: a rank closed the communicator while others still
-	// expected it in a collective.
-	ErrPeerClosed = errors.New("rank closed the communicator")
+	// expected it in a collective, or during one (comm.ErrPeerClosed:
+	// the tcp backend's too).
+	ErrPeerClosed = comm.ErrPeerClosed
 	// ErrMismatch: ranks called different collectives, or disagree on an
 	// argument the segment carries (element type, operator, root, length).
 	ErrMismatch = errors.New("ranks called different collectives or disagree on their arguments")
@@ -112,8 +113,10 @@ var (
 // failed: Rank is the rank at fault, Reporter the rank that noticed, Op the
 // operation Reporter was in and Message its description. Err is the
 // failure's class: os.ErrDeadlineExceeded (a hang), ErrPeerExited,
-// ErrPeerClosed, ErrMismatch, context.Canceled or context.DeadlineExceeded
-// (that rank's context), comm.ErrInvalidCommunicator (that rank's Close).
+// ErrPeerClosed (that rank's Close, also when it interrupted its
+// collective), ErrMismatch, context.Canceled or context.DeadlineExceeded
+// (that rank's context); on the rank whose Close interrupted its own
+// collective, comm.ErrInvalidCommunicator.
 type AbortError struct {
 	Rank, Reporter int
 	Op             string

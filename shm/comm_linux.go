@@ -365,7 +365,15 @@ func (c *Comm) raise(op uint8, blamed int, cause uint8, msg string) {
 }
 
 // abortCause returns the published failure as an *AbortError.
-func (c *Comm) abortCause(w uint64) *AbortError { return c.seg.abortCause(w) }
+func (c *Comm) abortCause(w uint64) *AbortError {
+	ae := c.seg.abortCause(w)
+	if ae.Rank != c.rank && errors.Is(ae.Err, comm.ErrInvalidCommunicator) {
+		// Another rank's Close interrupted its collective: to this rank,
+		// a peer that closed (its own communicator is not closed).
+		ae.Err = ErrPeerClosed
+	}
+	return ae
+}
 
 // abortCause returns the failure published in abort word w as an
 // *AbortError.

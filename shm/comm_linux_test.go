@@ -75,7 +75,7 @@ func TestHangNamesTheIdleRank(t *testing.T) {
 // TestCloseDuringCollective: Close from another goroutine interrupts a
 // rank's collective at once (the collective fails naming that rank,
 // wrapping comm.ErrInvalidCommunicator), and the others, waiting for it,
-// fail naming it too. Later calls return ErrInvalidCommunicator.
+// fail naming it too, with comm.ErrPeerClosed. Later calls return ErrInvalidCommunicator.
 func TestCloseDuringCollective(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	cs := startRanks(t, 3, nil)
@@ -93,6 +93,8 @@ func TestCloseDuringCollective(t *testing.T) {
 	collectiveFailed(t, errs[1], 1)
 	assert.ErrorIs(t, errs[1], comm.ErrInvalidCommunicator)
 	collectiveFailed(t, errs[0], 1)
+	assert.ErrorIs(t, errs[0], comm.ErrPeerClosed, "to rank 0, a peer that closed")
+	assert.NotErrorIs(t, errs[0], comm.ErrInvalidCommunicator, "rank 0's communicator is not closed")
 	assert.ErrorIs(t, cs[1].Barrier(context.Background()), comm.ErrInvalidCommunicator)
 	assert.NoError(t, cs[1].Close(), "a second Close")
 }

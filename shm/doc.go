@@ -142,9 +142,9 @@
 // rank that waits for a peer whose progress does not move for
 // CommConfig.Timeout publishes the least advanced peer as hung (the error
 // wraps os.ErrDeadlineExceeded). A rank that closes while another waits
-// for it is named with ErrPeerClosed; a rank whose context ends, or whose
-// Close interrupts its collective, names itself (context.Canceled,
-// comm.ErrInvalidCommunicator). After a failure the communicator is
+// for it, or whose Close interrupts its collective, is named with
+// ErrPeerClosed (on that rank itself, comm.ErrInvalidCommunicator); a rank
+// whose context ends names itself (context.Canceled). After a failure the communicator is
 // fail-stop; OnFailure sees the first failure before the call returns.
 //
 // Start-up, stale segments and name collisions. Two open file description

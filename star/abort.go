@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/starcomm/starcomm/comm"
 )
 
 // contextDeadline is the caller's context running out, which is not a
@@ -57,8 +59,8 @@ var causes = map[string]error{
 }
 
 // errClosedRemote stands for a rank that closed its communicator during a
-// collective, as seen by the other ranks.
-var errClosedRemote = errors.New("star: a rank closed its communicator during the collective")
+// collective, as seen by the other ranks: comm.ErrPeerClosed.
+var errClosedRemote = comm.ErrPeerClosed
 
 // errRefusedRemote marks an Abort that refuses a handshake.
 var errRefusedRemote = errors.New("star: handshake refused")

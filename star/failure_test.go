@@ -193,6 +193,32 @@ func TestContextDoneBeforeStart(t *testing.T) {
 	require.NoError(t, errors.Join(errs...))
 }
 
+// TestPeerCloseDuringCollective: a worker's Close from another goroutine
+// while it waits in a barrier fails the barrier of the rank waiting with
+// it (rank 2 never comes) at once, naming the worker, with
+// comm.ErrPeerClosed (its own communicator is not closed: not
+// comm.ErrInvalidCommunicator, which the closing rank's barrier gets).
+func TestPeerCloseDuringCollective(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := inBubble(t, 3, withTimeout(60*time.Second))
+		defer testkit.CloseAll(comms)
+		done := make([]chan error, 2)
+		for r := range done {
+			done[r] = make(chan error, 1)
+			go func() { done[r] <- comms[r].Barrier(context.Background()) }()
+		}
+		synctest.Wait()
+		begin := time.Now()
+		require.NoError(t, comms[1].Close())
+		assert.ErrorIs(t, <-done[1], comm.ErrInvalidCommunicator)
+		err := <-done[0]
+		collectiveFailed(t, err, 1)
+		assert.ErrorIs(t, err, comm.ErrPeerClosed)
+		assert.NotErrorIs(t, err, comm.ErrInvalidCommunicator)
+		assert.Less(t, time.Since(begin), time.Second)
+	})
+}
+
 // TestCloseDuringCollective: Close unblocks a collective at once.
 func TestCloseDuringCollective(t *testing.T) {
 	testkit.SyncTest(t, func(t *testing.T) {

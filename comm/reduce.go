@@ -1,14 +1,22 @@
 package comm
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Reduce applies acc[i] = op(acc[i], in[i]) element-wise, treating both byte
 // slices as elements of type dt in native byte order. Both must hold the same
 // whole number of aligned elements (as checked by CheckAllreduce). Backends
 // call it once per rank, in rank order, which makes float results
-// deterministic. It panics only on programming errors (unknown dt or op),
-// which CheckAllreduce rules out.
+// deterministic. It panics only on programming errors, which
+// CheckAllreduce rules out: an unknown dt or op, or acc and in of
+// different lengths or not a whole number of elements (a message naming
+// the lengths, never a slice bounds panic or a silent partial reduce).
 func Reduce(dt DType, op ReduceOp, acc, in []byte) {
+	if n := dt.Size(); len(acc) != len(in) || (n > 0 && len(acc)%n != 0) {
+		panic(fmt.Sprintf("comm.Reduce: acc has %d bytes and in %d: want the same whole number of %v elements", len(acc), len(in), dt))
+	}
 	if len(acc) == 0 {
 		return
 	}

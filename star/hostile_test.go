@@ -824,3 +824,49 @@ func TestRoguesBeforeWorkers(t *testing.T) {
 // maxU32 is 2^32-1 as a variable, so that the tests also build where int
 // has 32 bits (int(maxU32) is then -1, the same bytes on the wire).
 var maxU32 uint32 = math.MaxUint32
+
+// TestSquatterTookTheRank: without a token, a stranger that sends a valid
+// Handshake for rank 1 first takes it, and start-up completes with it; the
+// real rank 1 is then refused, every time it tries until its connect
+// timeout, with a reason that says its rank joined already and that a
+// token keeps such processes out (not only "a worker of another job").
+func TestSquatterTookTheRank(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	nw := pipe.NewNetwork()
+	ln, err := nw.Listen("coord")
+	require.NoError(t, err)
+	cfg := star.DefaultConfig()
+	cfg.Rank, cfg.Size, cfg.Listener = 0, 2, ln
+	cfg.Timeout, cfg.ShutdownTimeout = 10*time.Second, 100*time.Millisecond
+	started := testkit.Async(func() error {
+		c, err := newRank(cfg)
+		if err == nil {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		return err
+	})
+	conn, err := nw.Dial(context.Background(), "coord")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = conn.Write(star.EncodeHandshake(1, 2))
+	require.NoError(t, err)
+	ack := make([]byte, 9)
+	_, err = io.ReadFull(conn, ack)
+	require.NoError(t, err)
+	select {
+	case err := <-started:
+		require.NoError(t, err, "rank 0's start-up with the stranger as rank 1")
+	case <-time.After(10 * time.Second):
+		t.Fatal("watchdog: rank 0's start-up did not complete with the stranger as rank 1")
+	}
+
+	wcfg := star.DefaultConfig()
+	wcfg.Rank, wcfg.Size, wcfg.Dialer, wcfg.Addr = 1, 2, nw, "coord"
+	wcfg.ConnectTimeout = 300 * time.Millisecond
+	_, err = newRank(wcfg)
+	var re *star.RefusedError
+	require.ErrorAs(t, err, &re)
+	assert.Contains(t, err.Error(), "start-up is complete")
+	assert.Contains(t, err.Error(), "rank 1 joined it already: if that was not this process, another took its rank (a token, COBRE_TCP_TOKEN, keeps out processes that do not hold it)")
+}

@@ -469,6 +469,13 @@ func configFromVars(lookup func(string) (string, bool)) (Config, []error) {
 	} else if bad[EnvRank] != nil {
 		rank = rankBad
 	}
+	if _, sizeSet := values[EnvSize]; rank == rankGood && !sizeSet && b == BackendLocal && c.resolve() != strings.ToLower(strings.TrimSpace(c.Backend)) {
+		// COBRE_TCP_RANK=0 alone: a rank of a job whose size was
+		// forgotten, not a job of one (under auto, which would run it
+		// alone, while its workers fail).
+		invalid = append(invalid, &InvalidConfigurationError{Var: src.name(EnvRank), Value: values[EnvRank],
+			Allowed: fmt.Sprintf("is set without %s: give the job's size on every rank (%s=1 runs this rank alone)", src.name(EnvSize), src.name(EnvSize))})
+	}
 	var missing []string
 	for i := range variables {
 		v := &variables[i]

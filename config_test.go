@@ -446,7 +446,7 @@ func TestConfigBackendRules(t *testing.T) {
 		{env: nil, backend: "local"},
 		{env: []string{"COBRE_TCP_SIZE=1"}, backend: "local"},
 		{env: []string{"COBRE_TCP_SIZE=1", "COBRE_TCP_RANK=0"}, backend: "local"},
-		{env: []string{"COBRE_TCP_RANK=0"}, backend: "local"},
+		{env: []string{"COBRE_TCP_RANK=0"}, invalid: "COBRE_TCP_RANK", msg: `starcomm: invalid COBRE_TCP_RANK="0": is set without COBRE_TCP_SIZE: give the job's size on every rank (COBRE_TCP_SIZE=1 runs this rank alone)`},
 		{env: []string{"COBRE_TCP_PORT=http"}, backend: "local"}, // local does not read the port
 		{env: []string{"COBRE_TCP_COORDINATOR=h", "COBRE_TCP_SIZE=4", "COBRE_TCP_RANK=2"}, backend: "tcp"},
 		{env: []string{"COBRE_TCP_COORDINATOR=h", "COBRE_TCP_SIZE=1", "COBRE_TCP_RANK=0"}, backend: "tcp"},
@@ -1188,4 +1188,26 @@ func TestIPv6Brackets(t *testing.T) {
 	})...))
 	assert.Equal(t, [][]int64{{3}, {3}}, sums)
 	require.NoError(t, testkit.CloseAll(comms))
+}
+
+// TestConfigRankWithoutSize: COBRE_TCP_RANK without COBRE_TCP_SIZE, under
+// auto, is an error naming both, not a job of one (rank 0 ran alone and
+// succeeded while its workers failed for the missing size); with the
+// size, or with the local backend chosen, it is not.
+func TestConfigRankWithoutSize(t *testing.T) {
+	_, err := starcomm.ConfigFromEnviron([]string{"COBRE_TCP_RANK=0", "SLURM_PROCID=0", "SLURM_NTASKS=2"})
+	var ic *starcomm.InvalidConfigurationError
+	require.ErrorAs(t, err, &ic)
+	assert.Equal(t, "COBRE_TCP_RANK", ic.Var)
+	assert.EqualError(t, err, `starcomm: invalid COBRE_TCP_RANK="0": is set without COBRE_TCP_SIZE: give the job's size on every rank (COBRE_TCP_SIZE=1 runs this rank alone)`)
+	for _, env := range [][]string{
+		{"COBRE_TCP_RANK=0", "COBRE_TCP_SIZE=1"},
+		{"COBRE_TCP_RANK=0", "COBRE_COMM_BACKEND=local"},
+		{"SLURM_PROCID=0", "SLURM_NTASKS=1"},
+		{},
+	} {
+		c, err := starcomm.ConfigFromEnviron(env)
+		require.NoError(t, err, "%v", env)
+		assert.Equal(t, "local", starcomm.Resolve(c), "%v", env)
+	}
 }

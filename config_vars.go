@@ -28,7 +28,7 @@ import (
 // Config field and a row here.
 var variables = []variable{
 	{name: EnvBackend, field: "Backend", codec: backendName,
-		meaning: "`auto`, `tcp`, `shm` or `local`. `auto` picks `tcp` when `COBRE_TCP_COORDINATOR` is set, else `shm` when `COBRE_SHM_NAME` is set, else `tcp` when `COBRE_TCP_SIZE` > 1 or `COBRE_TCP_RANK` > 0 (more than one rank is never run as one: rank 0 listens, a worker without `COBRE_TCP_COORDINATOR` is an error), else `local`. `local` is single-rank: a size above 1 is an error"},
+		meaning: "`auto`, `tcp`, `shm` or `local`. `auto` picks `tcp` when `COBRE_TCP_COORDINATOR` is set, else `shm` when `COBRE_SHM_NAME` is set, else `tcp` when `COBRE_TCP_SIZE` > 1 or `COBRE_TCP_RANK` > 0 (more than one rank is never run as one: rank 0 listens, a worker without `COBRE_TCP_COORDINATOR` is an error; `COBRE_TCP_RANK` without `COBRE_TCP_SIZE` is an error), else `local`. `local` is single-rank: a size above 1 is an error"},
 	{name: EnvCoordinator, field: "Coordinator", reads: tcpOnly, need: requiredOnWorkers, check: hostOK(func(c Config) string { return c.Coordinator }), codec: hostText(func(c *Config) *string { return &c.Coordinator }),
 		meaning: "host name or IP address of rank 0, without a port (an IPv6 address with or without brackets), which workers dial; a name that does not resolve yet is retried until the connect timeout. Rank 0 never dials it (it only checks its form when set)"},
 	{name: EnvPort, field: "Port", reads: tcpOnly, check: portInRange, codec: whole(1, 65535, "must be a TCP port in 1..65535", func(c *Config) *int { return &c.Port }),

@@ -131,6 +131,31 @@ func TestTimeoutSaysWhatItWaitedFor(t *testing.T) {
 	})
 }
 
+// TestTimeoutHintsAtDifferentCollectives: rank 0 calls barrier while the
+// workers call a broadcast from rank 0, which the wire cannot show: each
+// side waits for the other. Rank 0's timeout says that every rank it
+// waited for is alive and finished the collective before, so that they
+// may wait in another collective, and how to find out.
+func TestTimeoutHintsAtDifferentCollectives(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		comms := withControl(t, 3, time.Minute, 10*time.Second, nil, nil)
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			if err := c.Barrier(ctx); err != nil {
+				return err
+			}
+			if c.Rank() == 0 {
+				return c.Barrier(ctx)
+			}
+			return comm.Broadcast(ctx, c, make([]float64, 4), 0)
+		})
+		var cf *comm.CollectiveFailedError
+		require.ErrorAs(t, errs[0], &cf)
+		assert.Regexp(t, `barrier #2 waited 1m0\.\d+s for ranks \[1 2\] \(0 arrived\); rank 1 alive, last finished #1 1m0\.\d+s ago; rank 2 alive, last finished #1 1m0\.\d+s ago; every rank waited for is alive and finished the collective before: unless it computes this long, it waits in another collective \(the ranks called different collectives; COBRE_DEBUG=detail, or Config.CheckCollectives, names the rank that differs\)`, cf.Error())
+	})
+}
+
 // TestTimeoutManyMissingRanks: with more ranks missing than
 // comm.MaxRanksItems, the timeout's message writes them as a range and
 // tells how the first MaxRanksItems are, then counts the rest.

@@ -109,6 +109,7 @@ func (co *coordinator) stall(seq uint64, op string, start, now time.Time, verb s
 		b.WriteString(" to take the result")
 	}
 	fmt.Fprintf(&b, " (%s %s)", joinRanks(there), phase)
+	caughtUp := phase == "arrived" && !co.c.cfg.CheckCollectives
 	for i, r := range missing {
 		if i == comm.MaxRanksItems {
 			fmt.Fprintf(&b, "; and %d more ranks", len(missing)-i)
@@ -117,15 +118,23 @@ func (co *coordinator) stall(seq uint64, op string, start, now time.Time, verb s
 		l := co.byRank[r]
 		fmt.Fprintf(&b, "; rank %d ", r)
 		if ctl := l.ctl.Load(); ctl != nil {
-			b.WriteString(ctl.alive(now))
+			alive := ctl.alive(now)
+			b.WriteString(alive)
+			caughtUp = caughtUp && alive == "alive"
 		} else {
 			b.WriteString("(no control session)")
+			caughtUp = false
 		}
 		if d := l.prog.done.Load(); d > 0 {
 			fmt.Fprintf(&b, ", last finished #%d %v ago", d, now.Sub(l.prog.doneAt.Load()).Round(time.Millisecond))
+			caughtUp = caughtUp && d+1 == seq
 		} else {
 			b.WriteString(", has finished no collective")
+			caughtUp = caughtUp && seq == 1
 		}
+	}
+	if caughtUp && len(missing) > 0 {
+		b.WriteString("; every rank waited for is alive and finished the collective before: unless it computes this long, it waits in another collective (the ranks called different collectives; COBRE_DEBUG=detail, or Config.CheckCollectives, names the rank that differs)")
 	}
 	return b.String()
 }

@@ -80,14 +80,16 @@ type Comm struct {
 
 	// The away detector (see watchAway and away), on the monotonic clock
 	// from epoch (the communicator's creation): beatAt is when it last
-	// ticked (0: never), awayAt when a gap between two of its ticks of
-	// more than awayMin last ended, awayFor that gap: this process was
-	// stopped, paused or starved of CPU.
-	// absentAt is when a shorter gap (more than absentMin) last ended,
-	// absentFor that gap.
-	epoch                                        time.Time
-	beatAt, awayAt, awayFor, absentAt, absentFor atomic.Int64
-	awayOnce                                     sync.Once
+	// ticked (0: never), awayGap the last gap between two of its ticks of
+	// more than awayMin (this process was stopped, paused or starved of
+	// CPU), absentGap the last of more than absentMin.
+	epoch              time.Time
+	beatAt             atomic.Int64
+	// seqNow is seq, for the links' I/O, which does not take stateMu
+	// (see link.lateAt).
+	seqNow atomic.Uint64
+	awayGap, absentGap atomic.Pointer[tickGap]
+	awayOnce           sync.Once
 
 	// Scratch reused across collectives so steady state does not allocate.
 	parts [][]byte
@@ -335,6 +337,7 @@ func (c *Comm) begin(ctx context.Context, op string, root int) (pending, err err
 	c.watchLocked(ctx)
 	c.running = true
 	c.seq++
+	c.seqNow.Store(c.seq)
 	c.op, c.opStart, c.bcastRoot = op, time.Now(), root
 	if c.seq <= c.pendingAfter {
 		return nil, nil // the pending failure is for later collectives
@@ -944,6 +947,7 @@ func (c *Comm) runRooted(ctx context.Context, op string, root int, check func() 
 		c.stateMu.Lock()
 		c.running, c.ctxLive = false, false
 		c.seq--
+		c.seqNow.Store(c.seq)
 		c.stateMu.Unlock()
 		return err
 	}

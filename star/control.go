@@ -262,23 +262,28 @@ func (c *Comm) since(now time.Time) time.Duration { return max(now.Sub(c.epoch),
 func (c *Comm) awayMin() time.Duration { return c.cfg.Liveness * 8 / 10 }
 
 // ticked records a tick of the away detector at now (see Comm.away and
-// Comm.absentAfter).
+// Comm.absentAfter). It records a gap before it moves beatAt: a reader
+// that sees the new beat sees the gap that ended there too (the ticker is
+// the only writer).
 func (c *Comm) ticked(now time.Time) {
 	at := c.since(now)
-	prev := time.Duration(c.beatAt.Swap(int64(at)))
-	if prev == 0 {
-		return
+	prev := time.Duration(c.beatAt.Load())
+	if prev != 0 {
+		g := &tickGap{end: at, length: at - prev}
+		if g.length > c.absentMin() {
+			c.absentGap.Store(g)
+		}
+		if g.length > c.awayMin() {
+			c.awayGap.Store(g)
+		}
 	}
-	gap := at - prev
-	if gap > c.absentMin() {
-		c.absentFor.Store(int64(gap))
-		c.absentAt.Store(int64(at))
-	}
-	if gap > c.awayMin() {
-		c.awayFor.Store(int64(gap))
-		c.awayAt.Store(int64(at))
-	}
+	c.beatAt.Store(int64(at))
 }
+
+// tickGap is a gap between two ticks of the away detector: when it ended
+// and how long it was, on the communicator's clock (see Comm.since),
+// stored and read as one.
+type tickGap struct{ end, length time.Duration }
 
 // tickEvery is the away detector's period: a tenth of the liveness
 // timeout, as the heartbeats. Each tick wakes the process (about 150 µs
@@ -299,7 +304,7 @@ func (c *Comm) absentMin() time.Duration { return 3 * c.tickEvery() }
 // A read whose deadline, set at t, passed while its bytes waited unread
 // then reads on (see link.late), whenever the process noticed it.
 func (c *Comm) absentAfter(t time.Time) bool {
-	return c.goneSince(t, time.Now(), c.absentMin(), &c.absentAt)
+	return c.goneSince(t, time.Now(), c.absentMin(), &c.absentGap)
 }
 
 // absentAcross reports whether this process was absent at t, a deadline
@@ -317,14 +322,14 @@ func (c *Comm) absentAcross(t, now time.Time, least time.Duration) bool {
 	if beat < at && at2-beat > least {
 		return true
 	}
-	e, d := time.Duration(c.absentAt.Load()), time.Duration(c.absentFor.Load())
-	return e > at && e-d < at && d > least
+	g := c.absentGap.Load()
+	return g != nil && g.end > at && g.end-g.length < at && g.length > least
 }
 
 // goneSince reports whether, by now, the away detector has not ticked for
-// longer than least, or a gap that long (whose end is in *end) ended
-// after t. Without control sessions: never.
-func (c *Comm) goneSince(t, now time.Time, least time.Duration, end *atomic.Int64) bool {
+// longer than least, or a gap that long (the last, in *last) ended after
+// t. Without control sessions: never.
+func (c *Comm) goneSince(t, now time.Time, least time.Duration, last *atomic.Pointer[tickGap]) bool {
 	beat := time.Duration(c.beatAt.Load())
 	if c.cfg.Liveness <= 0 || beat == 0 {
 		return false
@@ -332,8 +337,8 @@ func (c *Comm) goneSince(t, now time.Time, least time.Duration, end *atomic.Int6
 	if c.since(now)-beat > least {
 		return true
 	}
-	e := time.Duration(end.Load())
-	return e != 0 && e > c.since(t)
+	g := last.Load()
+	return g != nil && g.end > c.since(t)
 }
 
 // away reports whether this process was away (stopped, its VM paused, or
@@ -352,8 +357,8 @@ func (c *Comm) away(now time.Time) (time.Duration, bool) {
 	if gap := at - beat; gap > c.awayMin() {
 		return gap, true
 	}
-	if end := time.Duration(c.awayAt.Load()); end != 0 && at-end < 2*live {
-		return time.Duration(c.awayFor.Load()), true
+	if g := c.awayGap.Load(); g != nil && at-g.end < 2*live {
+		return g.length, true
 	}
 	return 0, false
 }
@@ -362,7 +367,7 @@ func (c *Comm) away(now time.Time) (time.Duration, bool) {
 // after t: it is only now running again, or its last absence ended after
 // t.
 func (c *Comm) awaySince(t, now time.Time) bool {
-	return c.goneSince(t, now, c.awayMin(), &c.awayAt)
+	return c.goneSince(t, now, c.awayMin(), &c.awayGap)
 }
 
 // farewellWait bounds how long stop waits for its farewell to be written

@@ -348,9 +348,9 @@
 //     wait unread) before it judges it; a read of a data link that saw its
 //     deadline pass that late, with the peer's bytes waiting unread in
 //     its socket, reads them under a fresh deadline; one whose deadline
-//     passed in the middle of an absence longer than half Timeout (the
-//     ticking goroutine missed three ticks or more), with nothing
-//     waiting, gives its peer a fresh Timeout from its return (every
+//     passed in the middle of an absence longer than half Timeout and
+//     than three ticks of that goroutine, with nothing waiting, gives its
+//     peer a fresh Timeout from its return, once per collective (every
 //     rank's VM paused together: the peer has not run either). smux's own
 //     keep-alive is off: it checks once per
 //     interval, so it notices silence only after one to two intervals, and

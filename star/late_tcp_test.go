@@ -267,3 +267,32 @@ func TestAbsentWriterGivesAFreshTimeout(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, frame, got)
 }
+
+// TestAbsentGrantOncePerCollective: a process that is away across every
+// deadline of a collective (its detector never ticks again: stopped over
+// and over) gives a silent peer one fresh timeout, not one per deadline:
+// the peer is failed at the second timeout. (Without the bound, the read
+// waited forever.)
+func TestAbsentGrantOncePerCollective(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	l, _ := tcpLinkPair(t, timeout)
+	c := &Comm{cfg: Config{Liveness: 200 * time.Millisecond, Timeout: timeout}, epoch: time.Now()}
+	c.ticked(time.Now()) // and never again
+	away := 2*timeout + lateMin(timeout)
+	ac := &awayConn{Conn: l.conn.(*tcp.Conn), away: away}
+	l = newLink(1, ac, timeout)
+	l.owner = c
+	spared := 0
+	defer SetTestHook(func(_ int, point string) {
+		if point == hookAbsent {
+			spared++
+		}
+	})()
+	part := make([]byte, 3)
+	l.beginRead(TagBroadcast, [][]byte{part})
+	start := time.Now()
+	err := l.finishRead()
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	assert.Equal(t, 1, spared, "one fresh timeout in the collective")
+	assert.Less(t, time.Since(start), away+10*timeout, "failed at the second timeout, not waiting on")
+}

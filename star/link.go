@@ -57,6 +57,10 @@ type link struct {
 	// start-up): its away detector tells late whether this process was
 	// away (see Comm.absentAfter). Set before the link is shared.
 	owner *Comm
+	// spared is one more than the collective in which lateAt last gave
+	// the peer a fresh timeout without its bytes to show (0: never).
+	// Under dmu.
+	spared uint64
 
 	// timeout is the most an I/O call may wait without progress. until,
 	// when set, replaces it with an absolute deadline (start-up).
@@ -283,7 +287,8 @@ func (l *link) ioErr(err error, write bool) error {
 // every rank's VM is paused together and the peer has not run since
 // either. The link's read deadline is then cleared, so that the next arm
 // sets a fresh one, and the caller reads on: the peer gets a whole
-// timeout from this process's return. A peer that sent nothing is
+// timeout from this process's return (without its bytes to show, once
+// per collective and link). A peer that sent nothing is
 // otherwise failed as before; a peer that hangs mid-frame, or hung,
 // while this process was away too is failed one timeout later. A link
 // that cannot tell what waits unread (see transport.UnreadCounter) never
@@ -323,6 +328,14 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 	if l.owner == nil || !l.owner.absentAcross(*dl, time.Now(), l.timeout/2) {
 		return false
 	}
+	// Once per collective and link: a process stopped again and again
+	// across each new deadline still fails a peer that hangs, at the
+	// second timeout of a collective.
+	seq := l.owner.seqNow.Load()
+	if l.spared == seq+1 {
+		return false
+	}
+	l.spared = seq + 1
 	*dl = time.Time{}
 	callHook(l.peer, hookAbsent)
 	return true

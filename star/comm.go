@@ -83,11 +83,11 @@ type Comm struct {
 	// ticked (0: never), awayGap the last gap between two of its ticks of
 	// more than awayMin (this process was stopped, paused or starved of
 	// CPU), absentGap the last of more than absentMin.
-	epoch              time.Time
-	beatAt             atomic.Int64
+	epoch  time.Time
+	beatAt atomic.Int64
 	// seqNow is seq, for the links' I/O, which does not take stateMu
 	// (see link.lateAt).
-	seqNow atomic.Uint64
+	seqNow             atomic.Uint64
 	awayGap, absentGap atomic.Pointer[tickGap]
 	awayOnce           sync.Once
 

@@ -13,8 +13,9 @@ import (
 // so a forgotten field is an error rather than a silent surprise.
 type Config struct {
 	// BindAddr is the host or IP address Listen binds to, without a port.
-	// "0.0.0.0" listens on every interface. The Dialer ignores it.
-	// Default "0.0.0.0" (COBRE_TCP_BIND_ADDR).
+	// "0.0.0.0" listens on every IPv4 interface, "::" on every interface
+	// (IPv4 and IPv6). The Dialer ignores it. Default "0.0.0.0"
+	// (COBRE_TCP_BIND_ADDR).
 	BindAddr string
 	// Timeout is how long sent data may stay unacknowledged before the
 	// kernel drops the connection (TCP_USER_TIMEOUT, Linux only; other
@@ -89,7 +90,7 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.BindAddr == "":
-		bad("BindAddr", `""`, `must name a host or IP address; use "0.0.0.0" for every interface`)
+		bad("BindAddr", `""`, `must name a host or IP address; use "0.0.0.0" for every IPv4 interface, "::" for every interface`)
 	case hasPort(c.BindAddr):
 		bad("BindAddr", fmt.Sprintf("%q", c.BindAddr), "must be a host or IP address without a port; the port is Listen's argument")
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,13 +43,13 @@ var retryableErrnos = []error{
 	syscall.EADDRNOTAVAIL, // ephemeral ports exhausted, or the local address not up yet
 }
 
-// attemptTimeout bounds one connection attempt of Dial (to every address
-// of a name), so that a name whose first address drops packets reaches
-// the next within a share of it: Go's dialer gives each address an equal
-// share of what is left, one after another. It is longer than the
-// system's first SYN retransmission (1 s), so one lost SYN does not cut
-// an attempt short; a cut attempt is retried like any timeout.
-const attemptTimeout = 3 * time.Second
+// addrTimeout bounds the connection attempt to one address of a name: a
+// name whose first address drops packets reaches the next one after it,
+// not after the connect timeout (Go's dialer gives each address an equal
+// share of the time left). It is longer than the system's first SYN
+// retransmission (1 s), so one lost SYN does not cut an attempt short; a
+// cut attempt is retried like any timeout.
+const addrTimeout = 2 * time.Second
 
 // Dialer connects to a Listener, retrying while the address is not reachable
 // yet: workers often start before the coordinator listens. It implements
@@ -59,10 +60,11 @@ type Dialer struct {
 	nd  net.Dialer
 
 	// pinned maps an address that Dial was given (host:port) to the
-	// address it last connected to (IP:port): a later Dial of the same
-	// address (a worker's control session, beside its data link) tries
-	// that one first, not the name's first address again, which may be
-	// one that drops packets.
+	// address it last connected to (netip.AddrPort): a later Dial of the
+	// same address (a worker's control session, beside its data link)
+	// tries that one first, if the name still has it, not the name's
+	// first address again, which may drop packets. A pinned address that
+	// fails is forgotten.
 	pinned sync.Map
 
 	// attempted, when set (by tests), is called after each failed
@@ -236,21 +238,8 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (transport.Conn, error) 
 	}
 	for {
 		attempts++
-		target := addr
-		if p, ok := d.pinned.Load(addr); ok && attempts == 1 {
-			target = p.(string)
-		}
-		// Each attempt has attemptTimeout at most, which Go's dialer
-		// shares out among a name's addresses, one after another: an
-		// address that drops packets holds up the next one for a share
-		// of it, not of the whole ConnectTimeout; the loop retries.
-		nd := d.nd
-		nd.Timeout = attemptTimeout
-		nc, err := nd.DialContext(dctx, "tcp", target)
+		nc, err := d.attempt(dctx, addr, attempts)
 		if err == nil {
-			if ra, ok := nc.RemoteAddr().(*net.TCPAddr); ok && target == addr {
-				d.pinned.Store(addr, ra.String())
-			}
 			tc := nc.(*net.TCPConn)
 			c, err := newConn(tc, d.cfg)
 			if err != nil {
@@ -287,6 +276,85 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (transport.Conn, error) 
 		backoff = min(2*backoff, d.cfg.MaxBackoff)
 	}
 }
+
+// attempt makes connection attempt number n to addr (valid, see checkAddr):
+// to each address of its host in turn (an IP address: itself), each for
+// at most addrTimeout, beginning with the address pinned by the last
+// success if the host still has it, else with the ((n-1) mod k)-th of
+// its k addresses, so that retries begin past an address that drops
+// packets. The name is resolved under ctx alone: a slow name server is not
+// cut short by addrTimeout. When every address fails, the error is the
+// one address's, or an *addrErrors naming each.
+func (d *Dialer) attempt(ctx context.Context, addr string, n int) (net.Conn, error) {
+	host, portText, _ := net.SplitHostPort(addr)
+	port, _ := strconv.ParseUint(portText, 10, 16)
+	var ips []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ips = []netip.Addr{ip}
+	} else {
+		r := d.nd.Resolver
+		if r == nil {
+			r = net.DefaultResolver
+		}
+		if ips, err = r.LookupNetIP(ctx, "ip", host); err != nil {
+			return nil, err
+		}
+		if len(ips) == 0 {
+			return nil, &net.DNSError{Err: "no address", Name: host, IsNotFound: true}
+		}
+	}
+	targets := make([]netip.AddrPort, len(ips))
+	for i, ip := range ips {
+		targets[i] = netip.AddrPortFrom(ip.Unmap(), uint16(port))
+	}
+	first := (n - 1) % len(targets)
+	pin, pinned := d.pinned.Load(addr)
+	if pinned {
+		if i := slices.Index(targets, pin.(netip.AddrPort)); i >= 0 {
+			first = i
+		} else {
+			pinned = false
+		}
+	}
+	var errs addrErrors
+	for k := range targets {
+		t := targets[(first+k)%len(targets)]
+		actx, cancel := context.WithTimeout(ctx, addrTimeout)
+		nc, err := d.nd.DialContext(actx, "tcp", t.String())
+		cancel()
+		if err == nil {
+			d.pinned.Store(addr, t)
+			return nc, nil
+		}
+		if k == 0 && pinned {
+			d.pinned.CompareAndDelete(addr, pin)
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) == 1 {
+		return nil, errs[0]
+	}
+	return nil, errs
+}
+
+// addrErrors are the errors of one connection attempt to each address of
+// a name, in the order tried.
+type addrErrors []error
+
+// Error writes every address's error on one line.
+func (e addrErrors) Error() string {
+	s := make([]string, len(e))
+	for i, err := range e {
+		s[i] = err.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+// Unwrap returns the errors, for errors.Is and errors.As.
+func (e addrErrors) Unwrap() []error { return e }
 
 // checkAddr rejects an address no retry can fix.
 func checkAddr(addr string) error {

@@ -726,8 +726,38 @@ func TestDialPinsTheAddressThatAnswered(t *testing.T) {
 		}
 		_ = c.Close()
 		p, ok := d.pinned.Load(name)
-		if want := l.Addr(); !ok || p != want {
+		if want := l.Addr(); !ok || fmt.Sprint(p) != want {
 			t.Fatalf("after dial %d of %s: pinned %v, want %s (the address that answered)", i+1, name, p, want)
+		}
+	}
+}
+
+// TestDialNamesEveryAddress: when every address of a name refuses, the
+// error names each address with its error, on one line, and still
+// matches syscall.ECONNREFUSED.
+func TestDialNamesEveryAddress(t *testing.T) {
+	cfg := testConfig()
+	cfg.ConnectTimeout = 200 * time.Millisecond
+	addr := deadAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	ips, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", "localhost")
+	if err != nil {
+		t.Fatalf("resolving localhost: %v", err)
+	}
+	_, err = NewDialer(cfg).Dial(context.Background(), net.JoinHostPort("localhost", port))
+	if err == nil {
+		t.Fatal("dial of a port nobody listens on succeeded")
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("error %v does not match ECONNREFUSED", err)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "\n") {
+		t.Fatalf("error on several lines: %q", msg)
+	}
+	for _, ip := range ips {
+		if want := net.JoinHostPort(ip.Unmap().String(), port); !strings.Contains(msg, want) {
+			t.Fatalf("error %q does not name %s (localhost resolves to %v)", msg, want, ips)
 		}
 	}
 }

@@ -332,7 +332,7 @@ func (a *admission) handle(ev event) {
 		if a.serving {
 			// Most likely a worker of the next job on this port, while
 			// this one still runs: it tries again.
-			reason := a.runningReason(int(ev.rank))
+			reason := a.runningReason(int(ev.rank), int(ev.size))
 			a.refused(reason)
 			ev.reply <- refusal{reason: reason, cause: errRunningRemote}
 			return
@@ -385,12 +385,12 @@ func (a *admission) handle(ev event) {
 }
 
 // runningReason is why a Handshake that comes after start-up is refused.
-// For a Handshake of one of this job's ranks (rank; -1: not known), it
-// also says that the rank joined already: without a token, another
-// process may have taken it.
-func (a *admission) runningReason(rank int) string {
+// For a Handshake of one of this job's ranks (rank of size; -1: not
+// known), it also says that the rank joined already: without a token,
+// another process may have taken it.
+func (a *admission) runningReason(rank, size int) string {
 	why := fmt.Sprintf("start-up is complete: this coordinator's job of %d ranks is running (a worker of another job on the same port?)", a.cfg.Size)
-	if rank > 0 && rank < a.cfg.Size && len(a.cfg.Token) == 0 {
+	if rank > 0 && rank < a.cfg.Size && size == a.cfg.Size && len(a.cfg.Token) == 0 {
 		why += fmt.Sprintf("; rank %d joined it already: if that was not this process, another took its rank (a token, COBRE_TCP_TOKEN, keeps out processes that do not hold it)", rank)
 	}
 	return why
@@ -523,7 +523,7 @@ func (a *admission) handshake(conn transport.Conn) {
 	authed := false
 	if len(a.cfg.Token) > 0 {
 		if kind == evHello && a.started.Load() {
-			reason := a.runningReason(int(rank))
+			reason := a.runningReason(int(rank), int(size))
 			if a.report(event{kind: evBad, text: reason}) {
 				a.refuseWith(l, reason, errRunningRemote)
 			}
@@ -670,7 +670,7 @@ func (a *admission) refuseDropped(l *link) {
 	until := time.Now().Add(min(a.cfg.ShutdownTimeout, droppedWait))
 	l.wdirty = false
 	l.startDrain(until)
-	_ = l.sendFinal(TagAbort, abortPayload(-1, OpStartup, errRunningRemote, a.runningReason(-1)), until)
+	_ = l.sendFinal(TagAbort, abortPayload(-1, OpStartup, errRunningRemote, a.runningReason(-1, -1)), until)
 	l.finish()
 	a.mu.Lock()
 	delete(a.open, l.conn)

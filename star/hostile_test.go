@@ -869,4 +869,12 @@ func TestSquatterTookTheRank(t *testing.T) {
 	require.ErrorAs(t, err, &re)
 	assert.Contains(t, err.Error(), "start-up is complete")
 	assert.Contains(t, err.Error(), "rank 1 joined it already: if that was not this process, another took its rank (a token, COBRE_TCP_TOKEN, keeps out processes that do not hold it)")
+
+	// A worker of another job (another size) on the same port is told
+	// only that this job is running.
+	wcfg.Size = 3
+	_, err = newRank(wcfg)
+	require.ErrorAs(t, err, &re)
+	assert.Contains(t, err.Error(), "start-up is complete")
+	assert.NotContains(t, err.Error(), "joined it already")
 }

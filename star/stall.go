@@ -109,7 +109,14 @@ func (co *coordinator) stall(seq uint64, op string, start, now time.Time, verb s
 		b.WriteString(" to take the result")
 	}
 	fmt.Fprintf(&b, " (%s %s)", joinRanks(there), phase)
+	// caughtUp: every missing rank is alive and finished the collective
+	// before (all of them, not only those written out).
 	caughtUp := phase == "arrived" && !co.c.cfg.CheckCollectives
+	for _, r := range missing {
+		l := co.byRank[r]
+		ctl := l.ctl.Load()
+		caughtUp = caughtUp && ctl != nil && ctl.alive(now) == "alive" && l.prog.done.Load()+1 == seq
+	}
 	for i, r := range missing {
 		if i == comm.MaxRanksItems {
 			fmt.Fprintf(&b, "; and %d more ranks", len(missing)-i)
@@ -118,19 +125,14 @@ func (co *coordinator) stall(seq uint64, op string, start, now time.Time, verb s
 		l := co.byRank[r]
 		fmt.Fprintf(&b, "; rank %d ", r)
 		if ctl := l.ctl.Load(); ctl != nil {
-			alive := ctl.alive(now)
-			b.WriteString(alive)
-			caughtUp = caughtUp && alive == "alive"
+			b.WriteString(ctl.alive(now))
 		} else {
 			b.WriteString("(no control session)")
-			caughtUp = false
 		}
 		if d := l.prog.done.Load(); d > 0 {
 			fmt.Fprintf(&b, ", last finished #%d %v ago", d, now.Sub(l.prog.doneAt.Load()).Round(time.Millisecond))
-			caughtUp = caughtUp && d+1 == seq
 		} else {
 			b.WriteString(", has finished no collective")
-			caughtUp = caughtUp && seq == 1
 		}
 	}
 	if caughtUp && len(missing) > 0 {

@@ -173,7 +173,7 @@ func (w *worker) shutdown() error {
 		w.c.stateMu.Lock()
 		next := w.c.seq + 1
 		w.c.stateMu.Unlock()
-		_ = w.checkCall(next, &call{op: OpClose})
+		_ = w.sendCall(next, &call{op: OpClose}, farewellWait)
 	}
 	if l.cw != nil {
 		_ = l.cw.CloseWrite()
@@ -225,6 +225,11 @@ func (w *worker) shutdown() error {
 // link may already hold the coordinator's Abort, and a session whose
 // coordinator has gone may take its whole HandshakeTimeout to fail.
 func (w *worker) checkCall(seq uint64, cl *call) error {
+	return w.sendCall(seq, cl, w.c.cfg.Timeout)
+}
+
+// sendCall is checkCall with a send bounded by within.
+func (w *worker) sendCall(seq uint64, cl *call, within time.Duration) error {
 	w.fp = cl.fingerprint(w.fp, seq)
 	w.fpMu.Lock()
 	if !w.fpLive {
@@ -234,7 +239,7 @@ func (w *worker) checkCall(seq uint64, cl *call) error {
 	}
 	w.fpMu.Unlock()
 	if ctl := w.up.ctl.Load(); ctl != nil {
-		_ = ctl.send(msgCall, w.fp, time.Now().Add(w.c.cfg.Timeout))
+		_ = ctl.send(msgCall, w.fp, time.Now().Add(within))
 	}
 	return nil
 }

@@ -96,19 +96,8 @@ func TestLateReaderReadsOn(t *testing.T) {
 					}
 				}
 				l = newLink(1, ac, timeout)
-				part := make([]byte, 3)
-				l.beginRead(TagBroadcast, [][]byte{part})
 				start := time.Now()
-				var err error
-				if how == "parked" {
-					err = l.finishRead()
-				} else {
-					var done int
-					done, _, err = pollLinks(time.Second, time.Second, l)
-					if err == nil && done == 0 {
-						err = l.finishRead()
-					}
-				}
+				part, err := readBroadcast(l, how)
 				require.True(t, ac.gone, "the rank went away")
 				if !sends {
 					require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the peer sent nothing: its timeout")
@@ -120,6 +109,21 @@ func TestLateReaderReadsOn(t *testing.T) {
 			})
 		}
 	}
+}
+
+// readBroadcast reads a Broadcast frame of 3 bytes on l, parked
+// (finishRead) or, for how "polled", polled first (pollLinks).
+func readBroadcast(l *link, how string) ([]byte, error) {
+	part := make([]byte, 3)
+	l.beginRead(TagBroadcast, [][]byte{part})
+	if how == "parked" {
+		return part, l.finishRead()
+	}
+	done, _, err := pollLinks(time.Second, time.Second, l)
+	if err == nil && done == 0 {
+		err = l.finishRead()
+	}
+	return part, err
 }
 
 // lateHeader is the header of a frame of tag whose LEN is n (a payload of
@@ -196,19 +200,8 @@ func TestAbsentReaderGivesAFreshTimeout(t *testing.T) {
 					}
 				})
 				defer restore()
-				part := make([]byte, 3)
-				l.beginRead(TagBroadcast, [][]byte{part})
 				start := time.Now()
-				var err error
-				if how == "parked" {
-					err = l.finishRead()
-				} else {
-					var done int
-					done, _, err = pollLinks(time.Second, time.Second, l)
-					if err == nil && done == 0 {
-						err = l.finishRead()
-					}
-				}
+				part, err := readBroadcast(l, how)
 				require.True(t, ac.gone, "the rank went away")
 				assert.Equal(t, 1, spared, "one fresh timeout")
 				if !sends {

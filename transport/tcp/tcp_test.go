@@ -168,6 +168,18 @@ func TestListenPortAndAddr(t *testing.T) {
 	}
 }
 
+// acceptAndClose accepts connections on l and closes them, until l is
+// closed.
+func acceptAndClose(l *Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+	}
+}
+
 // TestListenIPv4Only: 0.0.0.0 is every IPv4 interface and IPv4 only (a
 // connection to ::1 is refused; Go's "tcp" network listened there on a
 // dual-stack socket that took it); :: is every interface, IPv4 and IPv6.
@@ -184,15 +196,7 @@ func TestListenIPv4Only(t *testing.T) {
 				t.Fatalf("Listen: %v", err)
 			}
 			defer l.Close()
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					_ = c.Close()
-				}
-			}()
+			go acceptAndClose(l)
 			port := strconv.Itoa(l.Port())
 			c, err := net.Dial("tcp4", net.JoinHostPort("127.0.0.1", port))
 			if err != nil {
@@ -708,15 +712,7 @@ func TestDialPinsTheAddressThatAnswered(t *testing.T) {
 		t.Fatalf("Listen: %v", err)
 	}
 	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
+	go acceptAndClose(l)
 	d := NewDialer(testConfig())
 	name := net.JoinHostPort("localhost", strconv.Itoa(l.Port()))
 	for i := range 2 {

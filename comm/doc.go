@@ -50,5 +50,8 @@
 // promptly after a failure or when it interrupts a collective; a healthy
 // backend's Close may wait for its peers to end too (the tcp backend's
 // workers wait, at most the timeout, for rank 0's Shutdown). After Close
-// every call returns ErrInvalidCommunicator.
+// every call returns ErrInvalidCommunicator, whatever its arguments. When a
+// rank's Close interrupts its collective, that collective fails there with
+// ErrInvalidCommunicator and on the other ranks with ErrPeerClosed, naming
+// the rank.
 package comm

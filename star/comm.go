@@ -470,8 +470,9 @@ func (c *Comm) declareOp(rank int, cause error, msg, op string) {
 }
 
 // peerFailed is the coordinator's part when worker rank says, on its
-// control session, that it failed collective seq for a cause of its own
-// (ab, its Abort; see msgFailed): it takes no further part in that
+// control session, that it failed collective seq for a cause of its own,
+// or because this rank let its timeout pass (ab, its Abort, then naming
+// rank 0; see msgFailed): it takes no further part in that
 // collective, nor in any after it. They fail on every rank, naming it (as
 // declare says: a collective whose result that worker already has is
 // spared), as when its Abort is read on its data link, in place of its
@@ -484,6 +485,12 @@ func (c *Comm) peerFailed(rank int, seq uint64, ab *AbortError) {
 	late := seq > c.seq+1 // not one the worker could be in: ignored
 	c.stateMu.Unlock()
 	if late || seq == 0 {
+		return
+	}
+	if ab.Rank == 0 {
+		// The worker timed out waiting for this rank (see Comm.fail):
+		// the fault is here.
+		c.declareOp(0, ab, "a worker timed out waiting for this rank", ab.Op)
 		return
 	}
 	c.declareOp(rank, ab, "peer failed its collective", ab.Op)
@@ -699,12 +706,15 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 		// A failure of its own (its context, or Close) goes to rank 0 on
 		// the control session too (msgFailed), before the farewell: rank
 		// 0 reads this rank's data link, and so its Abort, only for its
-		// next frame, which it may already have.
+		// next frame, which it may already have. So does rank 0's own
+		// timeout (blamed on rank 0): a rank 0 that computed past it
+		// would otherwise read this rank's part of the collective, finish
+		// it, and find the Abort behind that part only at its next one.
 		oob = make(chan struct{}, 1)
 		by := time.Now().Add(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
 		own := ownFailure(ctx, err)
 		var body []byte
-		if own {
+		if own || blame == 0 && peer == 0 && isTimeout(err) {
 			body = append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(payload)), c.seq), payload...)
 		}
 		told = new(atomic.Bool)

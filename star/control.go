@@ -53,7 +53,8 @@ const (
 	// msgFailed, worker to coordinator: a collective's sequence number
 	// (u64 BE), then an Abort frame's payload: the worker failed that
 	// collective for a cause of its own (its context ended, or its
-	// communicator was closed), whether or not it had sent its part (see
+	// communicator was closed), or because rank 0 let its timeout pass
+	// (the Abort names rank 0), whether or not it had sent its part (see
 	// Comm.peerFailed). Its data link's Abort says the same, but rank 0
 	// reads that link only for the worker's next frame.
 	msgFailed byte = 4

@@ -156,6 +156,38 @@ func TestTimeoutHintsAtDifferentCollectives(t *testing.T) {
 	})
 }
 
+// TestCoordinatorPastTheTimeoutFailsAsItCalls: rank 0 computes longer
+// than the workers' timeout before a barrier. The workers fail naming it
+// and say so on their control sessions too, so rank 0's barrier fails as
+// it calls it, naming rank 0, instead of reading the workers' parts (sent
+// before their Aborts), completing a barrier that every worker has failed,
+// and finding out only at its next collective. On the fake clock.
+func TestCoordinatorPastTheTimeoutFailsAsItCalls(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		const timeout = 3 * time.Second
+		comms := withControl(t, 3, timeout, 10*time.Second, nil, nil)
+		defer testkit.CloseAll(comms)
+		ctx := context.Background()
+		var took time.Duration
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			if c.Rank() != 0 {
+				return c.Barrier(ctx)
+			}
+			time.Sleep(2 * timeout) // computing past the timeout
+			begin := time.Now()
+			err := c.Barrier(ctx)
+			took = time.Since(begin)
+			return err
+		})
+		for r, err := range errs {
+			collectiveFailed(t, err, 0)
+			assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "rank %d", r)
+		}
+		assert.Contains(t, errs[0].Error(), "no progress within the 3s timeout")
+		assert.Less(t, took, time.Second, "rank 0's barrier fails as it is called")
+	})
+}
+
 // TestTimeoutManyMissingRanks: with more ranks missing than
 // comm.MaxRanksItems, the timeout's message writes them as a range and
 // tells how the first MaxRanksItems are, then counts the rest.

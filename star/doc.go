@@ -397,7 +397,8 @@
 //     that result whole. (Kind 1, the payload alone, from coordinators
 //     before kind 3, fails the running or next collective.) A worker
 //     that fails a collective for a cause of its own (its context ended,
-//     or Close from another goroutine) says so here (kind 4: the
+//     or Close from another goroutine), or because the coordinator let
+//     its timeout pass (the Abort then names rank 0), says so here (kind 4: the
 //     collective's number, u64 BE, then its Abort's payload) before its
 //     farewell, since the coordinator reads its data link, and so its
 //     Abort, only for its next frame: a worker that had sent its part

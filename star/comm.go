@@ -683,7 +683,7 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 
 	reason := fmt.Sprintf("rank %d failed during %s (seen by rank %d): %v", blame, op, c.rank, out)
 	payload := abortPayload(blame, op, err, reason)
-	var oob chan struct{}
+	var oob chan int
 	noob := 0
 	var told *atomic.Bool
 	if co, ok := c.role.(*coordinator); ok {
@@ -693,7 +693,7 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 		// these sends as for the data links' Aborts: a relayed frame cut
 		// short carries no Abort, and a process that exits the instant
 		// this returns must have told those workers all the same.
-		oob = make(chan struct{}, len(co.workers))
+		oob = make(chan int, len(co.workers))
 		noob = co.broadcastAbort(spare, payload, -1, oob)
 	} else if w, ok := c.role.(*worker); ok && w.up.ctl.Load() != nil {
 		ctl := w.up.ctl.Load()
@@ -707,14 +707,15 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 		// the control session too (msgFailed), before the farewell: rank
 		// 0 reads this rank's data link, and so its Abort, only for its
 		// next frame, which it may already have. So does rank 0's own
-		// timeout (blamed on rank 0): a rank 0 that computed past it
+		// timeout (blamed on rank 0; the deadline's, not the system's
+		// ETIMEDOUT, a link it finds dead itself): a rank 0 that computed past it
 		// would otherwise read this rank's part of the collective, finish
 		// it, and find the Abort behind that part only at its next one.
-		oob = make(chan struct{}, 1)
+		oob = make(chan int, 1)
 		by := time.Now().Add(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
 		own := ownFailure(ctx, err)
 		var body []byte
-		if own || blame == 0 && peer == 0 && isTimeout(err) {
+		if own || blame == 0 && peer == 0 && isTimeout(err) && !errors.Is(err, syscall.ETIMEDOUT) {
 			body = append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(payload)), c.seq), payload...)
 		}
 		told = new(atomic.Bool)
@@ -723,7 +724,7 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 				told.Store(ctl.send(msgFailed, body, by) == nil)
 			}
 			ctl.bidFarewell(by, ctl.stopped)
-			oob <- struct{}{}
+			oob <- -1
 		}) && (own || !isTimeout(err)) {
 			noob = 1
 		}
@@ -841,14 +842,21 @@ const abortFlushMax = 200 * time.Millisecond
 // worker that told rank 0 its own failure on the control session, and
 // said farewell), that token ends the wait: rank 0 knows, and the data
 // link's Abort, which may be queued behind megabytes of this rank's part
-// that rank 0 has not read, adds nothing. The links then end in the background: an Abort not
+// that rank 0 has not read, adds nothing. On the coordinator, a worker
+// told on its control session needs its data link's Abort no more (it may
+// be queued behind a relayed frame that the worker, failing, no longer
+// reads): the wait ends once every worker has been told one way or the
+// other. The links then end in the background: an Abort not
 // taken yet keeps trying, and each link waits for its peer to close, up
 // to ShutdownTimeout in all, then closes (Close cuts that short).
-func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct{}, noob int, told *atomic.Bool) {
+func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan int, noob int, told *atomic.Bool) {
 	lingerUntil := time.Now().Add(c.cfg.ShutdownTimeout)
 	flushBy := time.Now().Add(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
 	links := c.role.links()
-	sent := make(chan struct{}, len(links))
+	sent := make(chan int, len(links))
+	// untold: the peers whose data link has not taken and sent the Abort
+	// and who have not been told on their control session either.
+	untold := make(map[int]bool, len(links))
 	n := 0
 	for _, l := range links {
 		l.resume()
@@ -865,14 +873,18 @@ func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct
 		// read a closed connection, and blamed this rank as crashed). A
 		// peer whose link is cut costs the failure flushBy more.
 		n++
+		untold[l.peer] = true
 		c.bg.Go(func() {
+			told := -1 // not sent: the stream was cut mid-frame, or the link failed
 			if err := l.sendFinal(TagAbort, payload, lingerUntil); err == nil {
 				l.awaitUnsent(flushBy)
+				told = l.peer
 			}
-			sent <- struct{}{}
+			sent <- told
 			l.finish()
 		})
 	}
+	_, isCo := c.role.(*coordinator)
 	if n+noob == 0 {
 		return
 	}
@@ -880,14 +892,22 @@ func (c *Comm) endLinks(payload []byte, peer int, cause error, oob <-chan struct
 	defer flush.Stop()
 	for n+noob > 0 {
 		select {
-		case <-sent:
+		case p := <-sent:
 			n--
-		case <-oob:
+			delete(untold, p)
+		case p := <-oob:
 			noob--
 			if told != nil && told.Load() {
 				return
 			}
+			// A worker told on its control session knows; its data
+			// link's Abort, queued behind a relayed frame that the
+			// worker, failing, no longer reads, adds nothing.
+			delete(untold, p)
 		case <-flush.C:
+			return
+		}
+		if isCo && len(untold) == 0 {
 			return
 		}
 	}

@@ -134,7 +134,7 @@ func (co *coordinator) links() []*link { return co.workers }
 // puts a token in it once it is over (sent must have room for one per
 // worker); it returns how many sends it started (none on a session that
 // is stopping).
-func (co *coordinator) broadcastAbort(after uint64, payload []byte, except int, sent chan<- struct{}) int {
+func (co *coordinator) broadcastAbort(after uint64, payload []byte, except int, sent chan<- int) int {
 	body := append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(payload)), after), payload...)
 	until := time.Now().Add(co.c.cfg.ShutdownTimeout)
 	n := 0
@@ -142,9 +142,13 @@ func (co *coordinator) broadcastAbort(after uint64, payload []byte, except int, 
 		if ctl := l.ctl.Load(); ctl != nil && l.peer != except {
 			if ctl.goUnlessStopped(func() {
 				co.c.hook(hookOOB)
-				_ = ctl.send(msgAbortAfter, body, until)
+				err := ctl.send(msgAbortAfter, body, until)
 				if sent != nil {
-					sent <- struct{}{}
+					told := l.peer
+					if err != nil {
+						told = -1
+					}
+					sent <- told
 				}
 			}) {
 				n++

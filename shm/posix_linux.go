@@ -38,60 +38,93 @@ func (p *posixProvider) SplitLocal() (comm.Communicator, error) {
 // AllocationFailedError here, not a SIGBUS later), broadcasts whether that
 // worked, every rank maps it, and once all have (a barrier) the leader
 // removes the name: the memory lives as long as a mapping does, and no
-// file is left whatever happens to the job.
+// file is left whatever happens to the job. Every rank compares its element
+// type and count with the leader's before it maps anything, and a rank
+// that refuses its own arguments still takes part: a difference or a
+// refusal fails the call on every rank (ErrMismatch, or the refusing
+// rank's own error), and the communicator stays usable.
 func (p *posixProvider) CreateRegion(dt comm.DType, count int) (Region, error) {
 	c := p.c
-	n, err := regionBytes(dt, count, Config{MaxRegionBytes: c.cfg.MaxRegionBytes})
-	if err != nil {
-		return nil, err
-	}
 	if c.closed.Load() {
 		return nil, comm.ErrInvalidCommunicator
 	}
+	// A rank that refuses its own arguments (see regionBytes) still takes
+	// part in the two collectives below, so that every rank fails
+	// together instead of the others going on without it.
+	n, local := regionBytes(dt, count, Config{MaxRegionBytes: c.cfg.MaxRegionBytes})
 	ctx := context.Background()
 	k := c.regions.Add(1)
 	path := regionPath(c.seg.path, k)
-	// status: 0 created, else an errno from the leader; then the bytes free.
-	status := []int64{0, 0}
+	// status: 0 created, -1 the leader refused its own arguments, else an
+	// errno from the leader; then the bytes free, and the leader's element
+	// type and count, which every rank compares with its own.
+	status := []int64{0, 0, int64(dt), int64(count)}
 	fd := -1
 	if c.rank == 0 {
-		fd, status[0], status[1] = createRegionFile(path, n)
+		if local != nil {
+			status[0] = -1
+		} else {
+			fd, status[0], status[1] = createRegionFile(path, n)
+		}
 	}
 	if err := comm.Broadcast(ctx, c, status, 0); err != nil {
 		closeRegionFile(fd, path)
 		return nil, err
 	}
-	if status[0] != 0 {
+	switch {
+	case status[0] == -1 && local != nil:
+		return nil, local
+	case status[0] == -1:
+		return nil, &comm.AllocationFailedError{RequestedBytes: n, Message: fmt.Sprintf("%d %v elements: the leader (rank 0) refused its own request of %d %v elements", count, dt, status[3], comm.DType(status[2]))}
+	case status[0] != 0:
 		msg := fmt.Sprintf("%d %v elements: the leader could not create them in %s: %v", count, dt, c.cfg.Dir, unix.Errno(status[0]))
 		if unix.Errno(status[0]) == unix.ENOSPC {
 			msg = fmt.Sprintf("%d %v elements exceed the free space of %s (%d bytes)", count, dt, c.cfg.Dir, status[1])
 		}
 		return nil, &comm.AllocationFailedError{RequestedBytes: n, Message: msg}
 	}
+	leaderDT, leaderCount := comm.DType(status[2]), status[3]
+	var mismatch error
+	if local == nil && (leaderDT != dt || leaderCount != int64(count)) {
+		// Mapping a region sized for another count could read past the
+		// leader's file (SIGBUS), or reinterpret its bytes: not mapped.
+		mismatch = fmt.Errorf("shm: CreateRegion: rank %d asked for %d %v elements, the leader (rank 0) for %d %v: %w", c.rank, count, dt, leaderCount, leaderDT, ErrMismatch)
+	}
 	var mem []byte
 	var mapErr error
-	if n > 0 {
+	if n > 0 && local == nil && mismatch == nil {
 		if c.rank != 0 {
 			fd, mapErr = unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		}
 		if mapErr == nil {
 			mem, mapErr = unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		}
-		if fd >= 0 {
-			unix.Close(fd)
-		}
 	}
-	// Every rank has mapped it (or failed to): the name can go.
-	ok := []int64{0}
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	// Every rank has mapped it (or failed to, or refused): the name can go.
+	flags := []int64{0, 0} // could not map; refused its arguments or differs from the leader
 	if mapErr != nil {
-		ok[0] = 1
+		flags[0] = 1
 	}
-	sum := []int64{0}
-	err = comm.Allreduce(ctx, c, ok, sum, comm.Sum)
+	if local != nil || mismatch != nil {
+		flags[1] = 1
+	}
+	sum := []int64{0, 0}
+	err := comm.Allreduce(ctx, c, flags, sum, comm.Sum)
 	if c.rank == 0 && n > 0 {
 		_ = unix.Unlink(path)
 	}
-	if err == nil && sum[0] != 0 {
+	switch {
+	case err != nil:
+	case local != nil:
+		err = local
+	case mismatch != nil:
+		err = mismatch
+	case sum[1] != 0:
+		err = fmt.Errorf("shm: CreateRegion: %d %s refused %s arguments or asked for other than the leader's %d %v elements: %w", sum[1], rankNoun(sum[1]), possessive(sum[1]), leaderCount, leaderDT, ErrMismatch)
+	case sum[0] != 0:
 		err = &comm.AllocationFailedError{RequestedBytes: n, Message: fmt.Sprintf("%d ranks could not map the region (this rank: %v)", sum[0], mapErr)}
 	}
 	if err != nil {
@@ -106,6 +139,22 @@ func (p *posixProvider) CreateRegion(dt comm.DType, count int) (Region, error) {
 	r := &posixRegion{c: c, dt: dt, n: count}
 	r.mem.Store(&mem)
 	return r, nil
+}
+
+// rankNoun is "rank" or "ranks" for n of them.
+func rankNoun(n int64) string {
+	if n == 1 {
+		return "rank"
+	}
+	return "ranks"
+}
+
+// possessive is "its" or "their" for n ranks.
+func possessive(n int64) string {
+	if n == 1 {
+		return "its"
+	}
+	return "their"
 }
 
 // createRegionFile creates and allocates the region file of n bytes. It

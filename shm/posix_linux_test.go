@@ -103,3 +103,57 @@ func TestPosixRegionTooLarge(t *testing.T) {
 	})
 	require.NoError(t, errors.Join(errs...))
 }
+
+// TestPosixRegionArgumentsDiffer: ranks that ask CreateRegion for another
+// count or element type than the leader's get ErrMismatch, naming both,
+// and so does every other rank; nobody maps a region sized for another
+// count (rank 1 asking for a million elements against the leader's
+// thousand read past the leader's file: SIGBUS). A rank that refuses its
+// own count (negative) fails with its own error and the others with
+// ErrMismatch, together, where the others used to go on into a collective
+// that rank never called. The communicator stays usable after both.
+func TestPosixRegionArgumentsDiffer(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	cs := startRanks(t, 3, nil)
+	defer closeAll(cs)
+	errs := testkit.RunRanks(asComms(cs), func(c comm.Communicator) error {
+		p := shm.For(c)
+		count := 1000
+		if c.Rank() == 1 {
+			count = 1000000
+		}
+		r, err := shm.Create[int64](p, count)
+		if err == nil {
+			_ = r.Release()
+			return fmt.Errorf("rank %d: a region despite the counts differing", c.Rank())
+		}
+		if !errors.Is(err, shm.ErrMismatch) {
+			return fmt.Errorf("rank %d: %v, want ErrMismatch", c.Rank(), err)
+		}
+		if c.Rank() == 1 && !strings.Contains(err.Error(), "rank 1 asked for 1000000 int64 elements, the leader (rank 0) for 1000 int64") {
+			return fmt.Errorf("rank 1: %q does not name both requests", err)
+		}
+		if c.Rank() != 1 && !strings.Contains(err.Error(), "1 rank refused its arguments or asked for other than the leader's 1000 int64 elements") {
+			return fmt.Errorf("rank %d: %q", c.Rank(), err)
+		}
+		count = 10
+		if c.Rank() == 2 {
+			count = -1
+		}
+		_, err = shm.Create[float64](p, count)
+		var ia *comm.InvalidArgumentError
+		switch {
+		case c.Rank() == 2 && !errors.As(err, &ia):
+			return fmt.Errorf("rank 2, count -1: %v, want its InvalidArgumentError", err)
+		case c.Rank() != 2 && !errors.Is(err, shm.ErrMismatch):
+			return fmt.Errorf("rank %d, rank 2 refusing its count: %v, want ErrMismatch", c.Rank(), err)
+		}
+		r2, err := shm.Create[float64](p, 10)
+		if err != nil {
+			return fmt.Errorf("rank %d: a region after the refusals: %w", c.Rank(), err)
+		}
+		_ = r2.Release()
+		return c.Barrier(context.Background())
+	})
+	require.NoError(t, errors.Join(errs...))
+}

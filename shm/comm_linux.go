@@ -361,6 +361,7 @@ func (c *Comm) raise(op uint8, blamed int, cause uint8, msg string) {
 	}
 	if atomic.CompareAndSwapUint64(abort, 0, packAbort(blamed, c.rank, cause, op)) {
 		c.ringAll()
+		c.seg.forget()
 	}
 }
 

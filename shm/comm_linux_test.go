@@ -353,3 +353,26 @@ func TestStartCompleteDespiteLaterAbort(t *testing.T) {
 	collectiveFailed(t, err, 1)
 	assert.ErrorIs(t, err, context.Canceled)
 }
+
+// TestFailedJobForgetsItsName: once a running job has failed, its segment's
+// name is removed at once, while a hung rank still holds the segment: a
+// rank that leaves last (the hung one, killed after the others failed)
+// used to leave the file in /dev/shm.
+func TestFailedJobForgetsItsName(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	cs := startRanks(t, 3, func(c *shm.CommConfig) { c.Timeout = 200 * time.Millisecond })
+	defer closeAll(cs)
+	path := cs[0].Path()
+	_, err := os.Stat(path)
+	require.NoError(t, err, "the segment is there while the job runs")
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for _, r := range []int{0, 2} { // rank 1 hangs: it never calls the barrier
+		wg.Go(func() { errs[r] = cs[r].Barrier(context.Background()) })
+	}
+	wg.Wait()
+	collectiveFailed(t, errs[0], 1)
+	collectiveFailed(t, errs[2], 1)
+	_, err = os.Stat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the failed job's name is gone while rank 1 still holds the segment")
+}

@@ -106,6 +106,23 @@ type segment struct {
 	// replaced is true when this rank found a segment left by a job that
 	// had ended without removing it, and replaced it.
 	replaced bool
+	// dev and ino identify the segment's file (0: unknown), so that
+	// forget removes this job's name only, never a later job's.
+	dev, ino uint64
+}
+
+// forget removes the segment's name (and its regions' names) once its
+// job has failed: no rank can join a running job, and the ranks still
+// attached keep their mapping. Without it, a rank that leaves last after
+// the others failed (a hung rank, killed once they had) left the file
+// behind. The name is removed only if it is still this job's file.
+func (s *segment) forget() {
+	var st unix.Stat_t
+	if s.ino == 0 || unix.Stat(s.path, &st) != nil || uint64(st.Dev) != s.dev || st.Ino != s.ino { //nolint:unconvert
+		return
+	}
+	_ = unix.Unlink(s.path)
+	removeRegions(s.path)
 }
 
 func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Add(s.base, off)) }
@@ -207,7 +224,7 @@ func joinFD(ctx context.Context, cfg CommConfig, path string, fd int, geo geomet
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, false, err
 	}
-	s = &segment{path: path, fd: fd, geo: geo}
+	s = &segment{path: path, fd: fd, geo: geo, dev: uint64(st.Dev), ino: st.Ino} //nolint:unconvert // Dev is uint32 on some platforms
 	alone, err := setLock(fd, lockAlive, unix.F_WRLCK)
 	if err != nil {
 		return nil, false, err

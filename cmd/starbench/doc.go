@@ -147,7 +147,7 @@
 // = 2,097,152 bytes), timed repeats, median time and algbw. Then, for each
 // late workload, a line "# late-1ms: a waiting rank's process burns 150µs
 // of CPU per collective (median)", and, where the system reports it, "#
-// rank 0 (coordinator) peak RSS: 120.5 MiB". With --json:
+// rank 0 (coordinator) peak RSS: 137160 KiB". With --json:
 //
 //	{"date": ..., "go": ..., "goos": ..., "goarch": ..., "ranks": N, "backend": ...,
 //	 "cpus": ..., "cpu_model": ..., "repeats_scale": ..., "coordinator_peak_rss_bytes": ...,

@@ -111,7 +111,11 @@ func parseArgs(args []string) (options, error) {
 	case math.IsNaN(v.scale) || v.scale <= 0 || v.scale > maxRepeatsScale:
 		return options{}, fmt.Errorf("--repeats-scale must be a number > 0 and at most %d, got %v", maxRepeatsScale, v.scale)
 	case given["timeout"] && !joblaunch.TimeoutOK(v.timeout):
-		return options{}, fmt.Errorf("--timeout must be a number of seconds in %s, as COBRE_TCP_TIMEOUT_SECS, got %s", joblaunch.TimeoutRange, strconv.FormatFloat(v.timeout, 'f', -1, 64))
+		limit := "COBRE_TCP_TIMEOUT_SECS"
+		if v.backend == "shm" {
+			limit = "COBRE_SHM_TIMEOUT_SECS"
+		}
+		return options{}, fmt.Errorf("--timeout must be a number of seconds in %s, as %s, got %s", joblaunch.TimeoutRange, limit, strconv.FormatFloat(v.timeout, 'f', -1, 64))
 	case given["workloads"] && strings.TrimSpace(v.workloads) == "":
 		return options{}, errors.New("--workloads is empty: name at least one workload, or leave the flag out for all")
 	}

@@ -95,6 +95,8 @@ func TestParseArgsUsageErrors(t *testing.T) {
 		{"timeout=below-1ms", []string{"--timeout", "0.0005"}, "--timeout must be a number of seconds in 0.001..31536000"},
 		{"timeout=over-a-year", []string{"--timeout", "31536001"}, "--timeout must be a number of seconds in 0.001..31536000"},
 		{"timeout=huge", []string{"--timeout", "1e9"}, "got 1000000000"},
+		{"timeout=zero/tcp", []string{"--timeout", "0"}, "as COBRE_TCP_TIMEOUT_SECS, got 0"},
+		{"timeout=zero/shm", []string{"-n", "2", "--backend", "shm", "--timeout", "0"}, "as COBRE_SHM_TIMEOUT_SECS, got 0"},
 		{"workloads=empty", []string{"--workloads="}, "--workloads is empty"},
 		{"workloads=blank", []string{"--workloads", " "}, "--workloads is empty"},
 		{"timeout=nan", []string{"--timeout", "NaN"}, "--timeout must be a number of seconds in 0.001..31536000"},

@@ -237,6 +237,12 @@ func joinFD(ctx context.Context, cfg CommConfig, path string, fd int, geo geomet
 			removeRegions(path) // what a job killed in CreateRegion left
 		}
 		if err := s.initialise(); err != nil {
+			// Nobody else uses the file, and this rank holds the door:
+			// do not leave an empty or half-sized file behind (a full
+			// /dev/shm).
+			if sameFile(fd, path) {
+				_ = unix.Unlink(path)
+			}
 			setLock(fd, lockAlive, unix.F_UNLCK)
 			return nil, false, err
 		}

@@ -28,7 +28,12 @@ func TestMatrix(t *testing.T) {
 		t.Run(cell.Name(), func(t *testing.T) {
 			before := relays.Load()
 			testkit.RunMatrixCell(t, cell)
-			if cell.Op == testkit.OpAllgathervRelayed && relays.Load() == before {
+			// A coordinator's fault fired between collectives may reach
+			// it first through a worker's control session (the worker's
+			// collective fails at once on it, and says so), before it
+			// begins to relay: those cells need not relay.
+			mayNotRelay := cell.Side == "coordinator" && cell.When == "between"
+			if cell.Op == testkit.OpAllgathervRelayed && relays.Load() == before && !mayNotRelay {
 				t.Errorf("the coordinator did not relay the allgatherv")
 			}
 			if cell.Op == testkit.OpAllgathervPolledRelay && relays.Load() > before {

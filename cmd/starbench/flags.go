@@ -104,6 +104,8 @@ func parseArgs(args []string) (options, error) {
 		return options{}, fmt.Errorf("-n must be at least 1, got %d", v.n)
 	case v.backend != "tcp" && v.backend != "shm":
 		return options{}, fmt.Errorf("--backend must be tcp or shm, got %q", v.backend)
+	case given["n"] && v.n > joblaunch.MaxRanks(v.backend):
+		return options{}, fmt.Errorf("-n is %d; the %s backend takes at most %d ranks", v.n, v.backend, joblaunch.MaxRanks(v.backend))
 	case given["backend"] && !given["n"]:
 		return options{}, errors.New("--backend needs -n: one rank of an existing job takes its backend from the COBRE_* variables")
 	case v.backend == "shm" && v.raw:

@@ -81,6 +81,8 @@ func TestParseArgsUsageErrors(t *testing.T) {
 		{"n=zero", []string{"-n", "0"}, "-n must be at least 1"},
 		{"n=negative", []string{"-n=-3"}, "-n must be at least 1"},
 		{"n=word", []string{"-n", "four"}, "-n"},
+		{"n=beyond-shm", []string{"-n", "32769", "--backend", "shm"}, "-n is 32769; the shm backend takes at most 32768 ranks"},
+		{"n=beyond-tcp", []string{"-n", "1048577"}, "-n is 1048577; the tcp backend takes at most 1048576 ranks"},
 		{"n=missing-value", []string{"-n"}, "flag needs an argument: -n"},
 		{"workloads=unknown", []string{"--workloads", "barrier,allreduce"}, `--workloads: unknown workload "allreduce"`},
 		{"workloads=empty-name", []string{"--workloads", "barrier,,broadcast-10KB"}, "--workloads"},

@@ -9,7 +9,7 @@
 //
 // Flags:
 //
-//	-n N          number of ranks to start (required, at least 1)
+//	-n N          number of ranks to start (required, at least 1; at most 1048576, or 32768 with shm)
 //	--backend B   tcp (the default: a coordinator on 127.0.0.1) or shm (a shared-memory segment)
 //	--port P      coordinator port, 0..65535; 0 (the default) picks a free port
 //	--timeout S   collective timeout in seconds, decimals allowed (1.5, 0.25), 0.001..31536000

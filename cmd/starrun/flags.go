@@ -49,7 +49,7 @@ type config struct {
 func newFlagSet(cfg *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("starrun", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.IntVar(&cfg.n, "n", 0, "number of ranks to start (required, at least 1)")
+	fs.IntVar(&cfg.n, "n", 0, "number of ranks to start (required, at least 1; at most 1048576, or 32768 with shm)")
 	fs.StringVar(&cfg.backend, "backend", launch.BackendTCP, "how the ranks talk: tcp (a coordinator on 127.0.0.1) or shm (a shared-memory segment named for the job, COBRE_SHM_NAME)")
 	fs.IntVar(&cfg.port, "port", 0, "coordinator TCP port passed as COBRE_TCP_PORT, 0..65535; 0 picks a free port")
 	fs.Var(&floatText{&cfg.timeout, &cfg.timeoutText}, "timeout", "collective timeout in `seconds`, decimals allowed, "+launch.TimeoutRange+", passed as COBRE_TCP_TIMEOUT_SECS (COBRE_SHM_TIMEOUT_SECS with --backend shm); unset if not given")
@@ -78,6 +78,8 @@ func parseArgs(args []string) (config, error) {
 		return config{}, fmt.Errorf("-n must be at least 1, got %d", cfg.n)
 	case cfg.backend != launch.BackendTCP && cfg.backend != launch.BackendShm:
 		return config{}, fmt.Errorf("--backend must be tcp or shm, got %q", cfg.backend)
+	case cfg.n > launch.MaxRanks(cfg.backend):
+		return config{}, fmt.Errorf("-n is %d; the %s backend takes at most %d ranks", cfg.n, cfg.backend, launch.MaxRanks(cfg.backend))
 	case cfg.backend == launch.BackendShm && (given["port"] || given["bind"]):
 		return config{}, errors.New("--port and --bind are for --backend tcp; shm ranks use no socket")
 	case cfg.port < 0 || cfg.port > 65535:

@@ -24,6 +24,8 @@ func TestUsageErrors(t *testing.T) {
 		{name: "flag=n/missing", args: []string{"--", "prog"}, want: "-n is required"},
 		{name: "flag=n/zero", args: []string{"-n", "0", "--", "prog"}, want: "-n must be at least 1"},
 		{name: "flag=n/negative", args: []string{"-n", "-3", "--", "prog"}, want: "-n must be at least 1"},
+		{name: "flag=n/beyond-shm", args: []string{"-n", "32769", "--backend", "shm", "--", "prog"}, want: "-n is 32769; the shm backend takes at most 32768 ranks"},
+		{name: "flag=n/beyond-tcp", args: []string{"-n", "1048577", "--", "prog"}, want: "-n is 1048577; the tcp backend takes at most 1048576 ranks"},
 		{name: "flag=n/not-a-number", args: []string{"-n", "four", "--", "prog"}, want: "-n"},
 		{name: "flag=port/too-big", args: []string{"-n", "2", "--port", "65536", "--", "prog"}, want: "--port must be in 0..65535"},
 		{name: "flag=port/negative", args: []string{"-n", "2", "--port", "-1", "--", "prog"}, want: "--port must be in 0..65535"},

@@ -19,6 +19,7 @@ import (
 	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/internal/errfile"
 	"github.com/starcomm/starcomm/shm"
+	"github.com/starcomm/starcomm/star"
 )
 
 // Output chooses where the ranks' output goes.
@@ -49,6 +50,29 @@ const (
 	BackendTCP = "tcp"
 	BackendShm = "shm"
 )
+
+// MaxRanks is the largest number of ranks a job of backend ("" is
+// BackendTCP) can have: the largest communicator Size of the star
+// (star.MaxSize) or of the shm backend (shm.MaxSize). A launcher refuses a
+// larger job before it starts a process, instead of starting that many
+// ranks that each fail on their own. 0 for an unknown backend.
+func MaxRanks(backend string) int {
+	switch backend {
+	case "", BackendTCP:
+		return star.MaxSize
+	case BackendShm:
+		return shm.MaxSize
+	}
+	return 0
+}
+
+// backendName is backend as a user names it ("" is tcp).
+func backendName(backend string) string {
+	if backend == "" {
+		return BackendTCP
+	}
+	return backend
+}
 
 // DefaultGrace is the time ranks get between SIGTERM and SIGKILL when a job
 // is stopped, unless Config.Grace says otherwise.
@@ -252,6 +276,10 @@ func Run(cfg Config) (res Result) {
 	}()
 	if cfg.Ranks < 1 || len(cfg.Command) == 0 {
 		j.printf("no ranks to start (ranks=%d, command %q)", cfg.Ranks, cfg.Command)
+		return Result{Code: ExitLaunchError, SetupFailed: true}
+	}
+	if most := MaxRanks(cfg.Backend); most > 0 && cfg.Ranks > most {
+		j.printf("%d ranks is more than the %s backend's %d", cfg.Ranks, backendName(cfg.Backend), most)
 		return Result{Code: ExitLaunchError, SetupFailed: true}
 	}
 	errDir, err := os.MkdirTemp("", "starcomm-job-")

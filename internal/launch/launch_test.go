@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/starcomm/starcomm/internal/launch/launchtest"
+	"github.com/starcomm/starcomm/shm"
+	"github.com/starcomm/starcomm/star"
 )
 
 // TestMain runs the tests, or acts as a scripted rank.
@@ -310,16 +312,26 @@ func TestRunEnvironment(t *testing.T) {
 
 func TestRunSetupFailures(t *testing.T) {
 	t.Parallel()
-	res, _, stderr := runJob(t, Config{Command: []string{filepath.Join(t.TempDir(), "missing")}, Ranks: 2})
+	res, _, stderr0 := runJob(t, Config{Command: []string{filepath.Join(t.TempDir(), "missing")}, Ranks: 2})
 	if res.Code != ExitNotFound || !res.SetupFailed || res.Verdict != nil {
 		t.Errorf("missing command: result %+v, want code %d", res, ExitNotFound)
 	}
-	if !strings.Contains(stderr, "test: cannot start rank 0: ") {
-		t.Errorf("stderr = %q, want it to name rank 0", stderr)
+	if !strings.Contains(stderr0, "test: cannot start rank 0: ") {
+		t.Errorf("stderr = %q, want it to name rank 0", stderr0)
 	}
-	res, _, stderr = runJob(t, Config{Command: []string{"true"}})
+	res, stdout, stderr := runJob(t, Config{Command: []string{"true"}})
 	if res.Code != ExitLaunchError || !strings.Contains(stderr, "test: no ranks to start") {
 		t.Errorf("no ranks: result %+v, stderr %q", res, stderr)
+	}
+	// Beyond the backend's largest Size: refused before any process starts
+	// (the command would print to its output if it ran).
+	res, stdout, stderr = runJob(t, Config{Command: []string{"echo", "started"}, Ranks: MaxRanks(BackendShm) + 1, Backend: BackendShm})
+	if res.Code != ExitLaunchError || !res.SetupFailed || stdout != "" ||
+		!strings.Contains(stderr, fmt.Sprintf("test: %d ranks is more than the shm backend's %d", shm.MaxSize+1, shm.MaxSize)) {
+		t.Errorf("too many ranks: result %+v, stdout %q, stderr %q", res, stdout, stderr)
+	}
+	if MaxRanks("") != star.MaxSize || MaxRanks(BackendTCP) != star.MaxSize || MaxRanks(BackendShm) != shm.MaxSize || MaxRanks("udp") != 0 {
+		t.Errorf("MaxRanks: tcp %d, shm %d, udp %d", MaxRanks(BackendTCP), MaxRanks(BackendShm), MaxRanks("udp"))
 	}
 }
 

@@ -3,10 +3,13 @@ package comm
 import "context"
 
 // Communicator is a group of Size() ranks that run collectives together.
-// Every method may be called from one goroutine at a time per communicator;
-// collectives on one communicator are not concurrent-safe with each other.
-// Close may be called at any time from any goroutine and unblocks a running
-// collective.
+// Collectives on one communicator must come one at a time, in the same
+// order on every rank: a collective called while another runs (from
+// another goroutine) fails at once with an error wrapping
+// ErrConcurrentCall and does nothing (the local backend of one rank, whose
+// calls are local copies, does not check). Rank and Size may be called at
+// any time. Close may be called at any time from any goroutine and
+// unblocks a running collective.
 type Communicator interface {
 	// Rank returns this process's rank, 0..Size()-1.
 	Rank() int

@@ -17,6 +17,24 @@ var ErrInvalidCommunicator = errors.New("comm: invalid communicator (closed)")
 // closing rank's own collective fails with ErrInvalidCommunicator.
 var ErrPeerClosed = errors.New("comm: a rank closed its communicator during the collective")
 
+// ErrConcurrentCall is returned, wrapped in an error naming both
+// operations, by a collective called while another collective runs on the
+// same communicator, from another goroutine. Calls on one communicator must not overlap: every rank has to
+// make them in the same order, and overlapping calls have none. The call
+// that overlapped did nothing; the one running goes on, and the
+// communicator stays usable. (The local backend, whose collectives are
+// copies within the caller's memory, does not check.)
+var ErrConcurrentCall = errors.New("comm: collectives overlap on one communicator (calls must come one at a time)")
+
+// ConcurrentCall is the error of op called while running runs:
+// ErrConcurrentCall, with both named. running may be "" when unknown.
+func ConcurrentCall(op, running string) error {
+	if running == "" {
+		running = "another collective"
+	}
+	return fmt.Errorf("%s called while %s runs on this communicator, from another goroutine: %w", op, running, ErrConcurrentCall)
+}
+
 // CollectiveFailedError reports a collective that could not complete: a peer
 // crashed, hung, reset or cut off the connection, sent an unexpected frame,
 // or the caller's context was cancelled. It is the spec's

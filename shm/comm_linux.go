@@ -37,6 +37,16 @@ const (
 
 var opNames = [...]string{"", comm.OpAllgatherv, comm.OpAllreduce, comm.OpBroadcast, comm.OpBarrier, OpStartup}
 
+// opCode is the code of the collective named op (0: none of them).
+func opCode(op string) uint8 {
+	for i, name := range opNames[:opStartup] {
+		if i > 0 && name == op {
+			return uint8(i)
+		}
+	}
+	return 0
+}
+
 func opName(op uint8) string {
 	if int(op) < len(opNames) && op > 0 {
 		return opNames[op]
@@ -296,8 +306,8 @@ func (c *Comm) ReplacedStale() bool { return c.seg.replaced }
 func (c *Comm) Provider() Provider { return &posixProvider{c: c} }
 
 // begin checks that a collective may start: a context, not closed, not
-// failed. It
-// locks active; end unlocks it.
+// failed, no other collective running (comm.ErrConcurrentCall). It locks
+// active; end unlocks it.
 func (c *Comm) begin(ctx context.Context, op string) error {
 	if c.closed.Load() {
 		return comm.ErrInvalidCommunicator // whatever the arguments
@@ -309,11 +319,18 @@ func (c *Comm) begin(ctx context.Context, op string) error {
 		return &comm.CollectiveFailedError{Operation: op, Rank: f.blamed,
 			Message: "the communicator failed earlier (fail-stop): " + f.err.Error(), Err: f.err}
 	}
-	c.active.Lock()
+	if !c.active.TryLock() {
+		// Held by a collective that has not returned, or by Close.
+		if c.closed.Load() {
+			return comm.ErrInvalidCommunicator
+		}
+		return comm.ConcurrentCall(op, opName(uint8(c.curOp.Load())))
+	}
 	if c.closed.Load() {
 		c.active.Unlock()
 		return comm.ErrInvalidCommunicator
 	}
+	c.curOp.Store(uint32(opCode(op)))
 	return nil
 }
 

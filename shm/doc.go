@@ -184,5 +184,6 @@
 // Limits: one host, one user, one pid namespace (pidfds); Linux 5.3 or
 // later for pidfds (older kernels find dead ranks by the timeout only);
 // names of letters, digits, '-' and '_'; collectives of one communicator
-// one at a time, as for every backend.
+// one at a time, as for every backend (one called while another runs fails
+// with comm.ErrConcurrentCall).
 package shm

@@ -24,7 +24,9 @@ type Comm struct {
 	size int
 	role role // *coordinator on rank 0, *worker elsewhere
 
-	// ops serialises collectives, and Close's shutdown after them: a
+	// ops is held by the running collective, and by Close's shutdown
+	// after it (a collective that finds it held fails with
+	// comm.ErrConcurrentCall, or ErrInvalidCommunicator once closed): a
 	// one-slot semaphore (a channel rather than a mutex, so that a Close
 	// waiting for a collective is durably blocked inside a testing/synctest
 	// bubble, and the fake clock moves on).
@@ -960,7 +962,21 @@ func (c *Comm) run(ctx context.Context, op string, check func() error, body func
 
 // runRooted is run for a broadcast from root (-1: any other collective).
 func (c *Comm) runRooted(ctx context.Context, op string, root int, check func() error, body func() error) error {
-	c.ops <- struct{}{}
+	select {
+	case c.ops <- struct{}{}:
+	default:
+		// Held by a collective that has not returned, or by Close.
+		c.stateMu.Lock()
+		closed, running := c.closed, ""
+		if c.running {
+			running = c.op
+		}
+		c.stateMu.Unlock()
+		if closed {
+			return comm.ErrInvalidCommunicator
+		}
+		return comm.ConcurrentCall(op, running)
+	}
 	defer func() { <-c.ops }()
 	pending, err := c.begin(ctx, op, root)
 	if err != nil {

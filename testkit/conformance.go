@@ -740,6 +740,7 @@ func sequencingCases() []Case {
 		{Name: "Sequencing_ThousandMixed", Run: func(ctx context.Context, e Env) error {
 			return MixedOps(ctx, e.Comm, 42, 1000)
 		}},
+		{Name: "Sequencing_OverlapRejected", Sizes: atLeast(2), Run: overlapRejected},
 		{Name: "Close_ThenAnyCall", Breaks: true, Run: func(ctx context.Context, e Env) error {
 			// After Close, every collective returns
 			// ErrInvalidCommunicator, whatever its arguments (a nil
@@ -773,6 +774,85 @@ func sequencingCases() []Case {
 			return nil
 		}},
 	}
+}
+
+// overlapRejected is the case Sequencing_OverlapRejected. Rank 0 runs a
+// barrier from one goroutine, which cannot end before the other ranks
+// enter theirs, and calls from another: every call it makes then must fail
+// at once with comm.ErrConcurrentCall, naming the barrier, and do nothing.
+// The other ranks enter the barrier only when rank 0 has seen that (a mark
+// in Dir), and then the barrier and the next collective work on every rank.
+//
+// Until the barrier holds the communicator, rank 0's probe (a broadcast
+// from root -1, refused before it sends anything) may take it first: the
+// probe then fails with InvalidRootError, and the barrier, if it found the
+// probe running, is called again.
+func overlapRejected(ctx context.Context, e Env) error {
+	c := e.Comm
+	mark := filepath.Join(e.Dir, "overlap-seen")
+	if c.Rank() != 0 {
+		for {
+			if _, err := os.Stat(mark); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("rank 0 never saw its overlapping calls refused: %w", ctx.Err())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return fmt.Errorf("barrier: %w", err)
+		}
+		return syncCheck(ctx, c)
+	}
+	first := make(chan error, 1)
+	go func() {
+		for {
+			err := c.Barrier(ctx)
+			if !errors.Is(err, comm.ErrConcurrentCall) {
+				first <- err
+				return
+			}
+		}
+	}()
+	one := []float64{1}
+	for {
+		err := comm.Broadcast(ctx, c, one, -1)
+		if errors.Is(err, comm.ErrConcurrentCall) {
+			if !strings.Contains(err.Error(), "broadcast called while barrier runs") {
+				return fmt.Errorf("the overlapping broadcast's error %q does not name both calls", err)
+			}
+			break
+		}
+		var ir *comm.InvalidRootError
+		if !errors.As(err, &ir) {
+			return fmt.Errorf("broadcast from root -1 beside a barrier: %v, want InvalidRootError or comm.ErrConcurrentCall", err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("a barrier from another goroutine never made the other calls fail: %w", ctx.Err())
+		}
+	}
+	// The barrier holds the communicator until the other ranks enter:
+	// every call, with good arguments or bad, fails at once.
+	calls := map[string]error{
+		"allgatherv":          comm.Allgatherv(ctx, c, one, make([]float64, c.Size()), nil, nil),
+		"allreduce":           comm.Allreduce(ctx, c, one, make([]float64, 1), comm.Sum),
+		"broadcast":           comm.Broadcast(ctx, c, one, 0),
+		"barrier":             c.Barrier(ctx),
+		"allreduce, bad args": comm.Allreduce(ctx, c, one, nil, comm.Sum),
+	}
+	for what, err := range calls {
+		if !errors.Is(err, comm.ErrConcurrentCall) {
+			return fmt.Errorf("%s during a barrier from another goroutine: %v, want comm.ErrConcurrentCall", what, err)
+		}
+	}
+	if err := os.WriteFile(mark, []byte("x"), 0o644); err != nil {
+		return err
+	}
+	if err := <-first; err != nil {
+		return fmt.Errorf("the barrier beside the refused calls: %w", err)
+	}
+	return syncCheck(ctx, c)
 }
 
 // MixedOps runs n collectives chosen and sized by a generator seeded with

@@ -324,17 +324,8 @@ func (c *Comm) cancelLinks(err error) {
 func (c *Comm) begin(ctx context.Context, op string, root int) (pending, err error) {
 	c.stateMu.Lock()
 	defer c.stateMu.Unlock()
-	if c.closed {
-		return nil, comm.ErrInvalidCommunicator // whatever the arguments
-	}
-	if err := comm.CheckContext(op, ctx); err != nil {
+	if err := c.admitLocked(ctx, op); err != nil {
 		return nil, err
-	}
-	if c.failed != nil {
-		return nil, &comm.CollectiveFailedError{Operation: op, Rank: blameOf(c.failed, -1), Message: "communicator is fail-stop after an earlier failure", Err: c.failed}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done before the collective started", Err: err}
 	}
 	c.watchLocked(ctx)
 	c.running = true
@@ -345,6 +336,37 @@ func (c *Comm) begin(ctx context.Context, op string, root int) (pending, err err
 		return nil, nil // the pending failure is for later collectives
 	}
 	return c.pending, nil
+}
+
+// admit is what begin checks, without marking the collective running:
+// the call's arguments are checked between the two, so that a call
+// refused for them never was running (a Close or a context cancelled
+// meanwhile has nothing of it to cancel). pending reports a failure that
+// begin will return, before which the arguments are not checked.
+func (c *Comm) admit(ctx context.Context, op string) (pending bool, err error) {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if err := c.admitLocked(ctx, op); err != nil {
+		return false, err
+	}
+	return c.pending != nil && c.seq+1 > c.pendingAfter, nil
+}
+
+// admitLocked checks that a collective may start. stateMu must be held.
+func (c *Comm) admitLocked(ctx context.Context, op string) error {
+	if c.closed {
+		return comm.ErrInvalidCommunicator // whatever the arguments
+	}
+	if err := comm.CheckContext(op, ctx); err != nil {
+		return err
+	}
+	if c.failed != nil {
+		return &comm.CollectiveFailedError{Operation: op, Rank: blameOf(c.failed, -1), Message: "communicator is fail-stop after an earlier failure", Err: c.failed}
+	}
+	if err := ctx.Err(); err != nil {
+		return &comm.CollectiveFailedError{Operation: op, Rank: c.rank, Message: "context done before the collective started", Err: err}
+	}
+	return nil
 }
 
 // hasFailed reports whether a collective of this communicator failed.
@@ -978,24 +1000,29 @@ func (c *Comm) runRooted(ctx context.Context, op string, root int, check func() 
 		return comm.ConcurrentCall(op, running)
 	}
 	defer func() { <-c.ops }()
+	hasPending, err := c.admit(ctx, op)
+	if err != nil {
+		return err
+	}
+	if !hasPending {
+		if err := check(); err != nil {
+			// Refused before it began: the call does not count, so that
+			// the next one keeps the number every other rank gives it
+			// (the desync check and the stall reports match collectives
+			// by it), and keeps none of the caller's slices.
+			c.cl = call{}
+			return err
+		}
+	}
 	pending, err := c.begin(ctx, op, root)
 	if err != nil {
+		c.cl = call{}
 		return err
 	}
 	if pending != nil {
 		c.endWatch()
+		c.cl = call{}
 		return c.fail(ctx, op, pending)
-	}
-	if err := check(); err != nil {
-		// Rejected before anything was sent: the call does not count, so
-		// that the next one keeps the number every other rank gives it
-		// (the desync check and the stall reports match collectives by it).
-		c.stateMu.Lock()
-		c.running, c.ctxLive = false, false
-		c.seq--
-		c.seqNow.Store(c.seq)
-		c.stateMu.Unlock()
-		return err
 	}
 	c.hook(hookBegin)
 	if c.cfg.CheckCollectives && c.size > 1 {

@@ -73,3 +73,13 @@ const HookEnd = hookEnd
 // HookClosing is the hook point at which Close has marked the communicator
 // closed.
 const HookClosing = hookClosing
+
+// LinkCancelCauses returns the cause each of c's links was cancelled with
+// (nil: not cancelled).
+func LinkCancelCauses(c *Comm) []error {
+	var out []error
+	for _, l := range c.role.links() {
+		out = append(out, l.cancelled())
+	}
+	return out
+}

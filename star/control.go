@@ -436,7 +436,12 @@ func (ctl *control) listen() {
 		switch {
 		case ctl.isStopped():
 			return
-		case err != nil && isTimeout(err):
+		case errors.Is(err, smux.ErrTimeout):
+			// The stream's own deadline. A timeout of the connection
+			// under the session (ETIMEDOUT from the system's user
+			// timeout or keep-alive, a deadline on the connection)
+			// ends the session: smux then returns it from every read
+			// at once, and it is lost below, not waited on here.
 			now := time.Now()
 			if (ctl.c.awaySince(last, now) || now.Sub(last.Add(live)) >= lateMin(live)) && !graced {
 				// This process was away itself (stopped, paused,
@@ -487,7 +492,7 @@ type settled struct{ s *smux.Stream }
 
 func (r settled) Read(p []byte) (int, error) {
 	n, err := r.s.Read(p)
-	if n == 0 && err != nil && len(p) > 0 && !isTimeout(err) {
+	if n == 0 && err != nil && len(p) > 0 && !errors.Is(err, smux.ErrTimeout) {
 		if n, _ := r.s.Read(p); n > 0 {
 			return n, nil
 		}

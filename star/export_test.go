@@ -83,3 +83,11 @@ func LinkCancelCauses(c *Comm) []error {
 	}
 	return out
 }
+
+// Pending returns the failure found between collectives that c's next
+// collective will report (nil: none).
+func Pending(c *Comm) error {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return c.pending
+}

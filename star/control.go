@@ -719,6 +719,12 @@ func openControl(ctx context.Context, c *Comm) (*control, error) {
 	if err == nil && (binary.BigEndian.Uint32(payload[0:4]) != uint32(cfg.Rank) || binary.BigEndian.Uint32(payload[4:8]) != uint32(cfg.Size)) {
 		err = fmt.Errorf("the coordinator answered rank %d of %d", binary.BigEndian.Uint32(payload[0:4]), binary.BigEndian.Uint32(payload[4:8]))
 	}
+	if err == nil && !stop() {
+		// The handshake timeout fired as the answer came: its cancel
+		// may set the connection's deadline in the past at any moment
+		// from now, which would poison the session.
+		err = fmt.Errorf("control session: no answer within %v: %w", cfg.HandshakeTimeout, context.DeadlineExceeded)
+	}
 	if err != nil {
 		_ = conn.Close()
 		return nil, err

@@ -53,21 +53,44 @@ type call struct {
 // instead of waiting out the timeout.
 var opCodes = map[string]byte{comm.OpAllgatherv: 1, comm.OpAllreduce: 2, comm.OpBroadcast: 3, comm.OpBarrier: 4, OpClose: 5}
 
+// listedCounts is the most ranks whose allgatherv counts a fingerprint
+// lists one by one (16 KiB of them): beyond it, it carries their hash, so
+// that a fingerprint stays within a control message (maxMsg) at any Size.
+const listedCounts = 4096
+
 // fingerprint appends to dst[:0] the canonical bytes of collective seq
 // called as cl: seq u64 BE, op u8, element type u8, reduce op u8, root u32
-// BE, n u32 BE, then, for allgatherv, n counts u32 BE.
+// BE, n u32 BE, then, for allgatherv, n counts u32 BE, or, for more than
+// listedCounts ranks, the 64-bit FNV-1a hash (u64 BE) of those counts'
+// bytes.
 func (cl *call) fingerprint(dst []byte, seq uint64) []byte {
 	dst = binary.BigEndian.AppendUint64(dst[:0], seq)
 	dst = append(dst, opCodes[cl.op], byte(cl.dt), byte(cl.rop))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(cl.root))
 	if cl.op == comm.OpAllgatherv {
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(cl.counts)))
+		if len(cl.counts) > listedCounts {
+			return binary.BigEndian.AppendUint64(dst, countsHash(cl.counts))
+		}
 		for _, n := range cl.counts {
 			dst = binary.BigEndian.AppendUint32(dst, uint32(n))
 		}
 		return dst
 	}
 	return binary.BigEndian.AppendUint32(dst, uint32(cl.n))
+}
+
+// countsHash is the 64-bit FNV-1a hash of counts, each as u32 BE, without
+// allocating.
+func countsHash(counts []int) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, n := range counts {
+		for shift := 24; shift >= 0; shift -= 8 {
+			h = (h ^ uint64(byte(uint32(n)>>shift))) * prime
+		}
+	}
+	return h
 }
 
 // describeFingerprint writes a fingerprint as the call it stands for, e.g.
@@ -87,6 +110,9 @@ func describeFingerprint(fp []byte) string {
 	n := int(binary.BigEndian.Uint32(fp[15:19]))
 	switch op {
 	case comm.OpAllgatherv:
+		if n > listedCounts && len(fp) >= 27 {
+			return fmt.Sprintf("allgatherv(%v, counts of %d ranks with hash %016x)", dt, n, binary.BigEndian.Uint64(fp[19:27]))
+		}
 		counts := make([]string, 0, n)
 		for i := 0; i < n && 19+4*i+4 <= len(fp); i++ {
 			counts = append(counts, strconv.Itoa(int(binary.BigEndian.Uint32(fp[19+4*i:]))))

@@ -1058,10 +1058,11 @@ func (c *Comm) release() {
 	}
 }
 
-// frameLimit checks that a payload of n bytes fits a frame.
+// frameLimit checks that a payload of n bytes fits a frame: LEN, its
+// tag and payload, is at most MaxFrameLen.
 func frameLimit(op string, n int) error {
-	if uint64(n)+2 > MaxFrameLen {
-		return &comm.InvalidArgumentError{Operation: op, Message: fmt.Sprintf("payload of %d bytes exceeds the wire limit of %d bytes per frame", n, uint64(MaxFrameLen-2))}
+	if uint64(n)+1 > MaxFrameLen {
+		return &comm.InvalidArgumentError{Operation: op, Message: fmt.Sprintf("payload of %d bytes exceeds the wire limit of %d bytes per frame", n, uint64(MaxFrameLen-1))}
 	}
 	return nil
 }

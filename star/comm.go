@@ -31,6 +31,9 @@ type Comm struct {
 	// waiting for a collective is durably blocked inside a testing/synctest
 	// bubble, and the fake clock moves on).
 	ops chan struct{}
+	// holder is the collective that holds ops ("" when none does); it
+	// changes with ops, under stateMu.
+	holder string
 
 	stateMu sync.Mutex
 	// closed is set when Close begins: no collective may start after it.
@@ -984,22 +987,26 @@ func (c *Comm) run(ctx context.Context, op string, check func() error, body func
 
 // runRooted is run for a broadcast from root (-1: any other collective).
 func (c *Comm) runRooted(ctx context.Context, op string, root int, check func() error, body func() error) error {
+	c.stateMu.Lock()
 	select {
 	case c.ops <- struct{}{}:
+		c.holder = op
+		c.stateMu.Unlock()
 	default:
 		// Held by a collective that has not returned, or by Close.
-		c.stateMu.Lock()
-		closed, running := c.closed, ""
-		if c.running {
-			running = c.op
-		}
+		closed, holder := c.closed, c.holder
 		c.stateMu.Unlock()
 		if closed {
 			return comm.ErrInvalidCommunicator
 		}
-		return comm.ConcurrentCall(op, running)
+		return comm.ConcurrentCall(op, holder)
 	}
-	defer func() { <-c.ops }()
+	defer func() {
+		c.stateMu.Lock()
+		c.holder = ""
+		<-c.ops
+		c.stateMu.Unlock()
+	}()
 	hasPending, err := c.admit(ctx, op)
 	if err != nil {
 		return err

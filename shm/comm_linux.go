@@ -22,9 +22,22 @@ const (
 	yieldFor   = 200 * time.Microsecond
 	sleepSlice = 10 * time.Millisecond
 	// deadPeerEvery is how often a rank waiting for the others to join
-	// looks whether a rank that joined has died.
-	deadPeerEvery = 50 * time.Millisecond
+	// looks whether a rank that joined has died, in a job of up to
+	// startupLooksPerSecond/deadPeerLooks*deadPeerEvery ranks; in larger
+	// ones each rank looks less often (see startupLookEvery), at
+	// deadPeerLooks ranks each time, so that all ranks together look at
+	// about startupLooksPerSecond*deadPeerLooks processes a second,
+	// whatever the job's size.
+	deadPeerEvery         = 50 * time.Millisecond
+	deadPeerLooks         = 8
+	startupLooksPerSecond = 2000
 )
+
+// startupLookEvery is how often each rank of a job of size ranks looks
+// for dead peers while it waits for the others to join.
+func startupLookEvery(size int) time.Duration {
+	return max(deadPeerEvery, time.Duration(size)*time.Second/startupLooksPerSecond)
+}
 
 // Operation codes in chunk headers and the abort word.
 const (
@@ -36,16 +49,6 @@ const (
 )
 
 var opNames = [...]string{"", comm.OpAllgatherv, comm.OpAllreduce, comm.OpBroadcast, comm.OpBarrier, OpStartup}
-
-// opCode is the code of the collective named op (0: none of them).
-func opCode(op string) uint8 {
-	for i, name := range opNames[:opStartup] {
-		if i > 0 && name == op {
-			return uint8(i)
-		}
-	}
-	return 0
-}
 
 func opName(op uint8) string {
 	if int(op) < len(opNames) && op > 0 {
@@ -141,6 +144,10 @@ type Comm struct {
 	// active is held by a running collective and by Close, which waits for
 	// the collective it interrupts to return before unmapping.
 	active sync.Mutex
+	// holder is the collective that holds active ("" when none does, or
+	// Close does); it changes with active, under holdMu.
+	holdMu sync.Mutex
+	holder string
 	closed atomic.Bool
 	// closeDone is closed when the first Close is done.
 	closeDone chan struct{}
@@ -208,7 +215,11 @@ func New(ctx context.Context, cfg CommConfig) (*Comm, error) {
 	}
 	w, blamed, err := startWatcher(c)
 	if err != nil {
-		c.raise(opStartup, blamed, causeExited, err.Error())
+		cause := uint8(causeExited)
+		if blamed == c.rank { // this rank's own limit of open files
+			cause = causeStartup
+		}
+		c.raise(opStartup, blamed, cause, err.Error())
 		atomic.StoreUint32(seg.slotState(c.rank), slotFailed)
 		seg.leave()
 		seg.unmap()
@@ -235,6 +246,13 @@ func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) 
 	s := c.seg
 	joined := s.u32(hJoined)
 	var looked time.Time // when the joined ranks' processes were last looked at
+	every := startupLookEvery(c.size)
+	next := c.rank + 1 // the next rank to look at (see segment.deadPeer)
+	// A join wakes nobody but for the last one (which wakes every rank);
+	// the end of ctx wakes this rank's wait at once, and so does every
+	// other rank's (they look, and sleep again).
+	stop := context.AfterFunc(ctx, func() { futexWake(joined, 1<<30) })
+	defer stop()
 	for {
 		n := atomic.LoadUint32(joined)
 		if n == uint32(c.size) {
@@ -261,9 +279,9 @@ func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) 
 			c.raise(opStartup, c.rank, ctxCause(err), msg)
 			return c.rank, fmt.Errorf("waiting for ranks %s to join: %w", comm.FormatRanks(s.missing()), err)
 		}
-		if time.Since(looked) >= deadPeerEvery {
+		if time.Since(looked) >= every {
 			looked = time.Now()
-			if r, pid := s.deadPeer(c.rank); r >= 0 {
+			if r, pid := s.deadPeer(c.rank, &next, deadPeerLooks); r >= 0 {
 				msg := fmt.Sprintf("rank %d (pid %d) exited before start-up completed", r, pid)
 				c.raise(opStartup, r, causeExited, msg)
 				w := atomic.LoadUint64(s.u64(hAbort))
@@ -284,7 +302,7 @@ func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) 
 			}
 			return blamed, &MissingRanksError{Ranks: missing, Err: os.ErrDeadlineExceeded, Size: c.size, Within: c.cfg.ConnectTimeout}
 		}
-		futexWait(joined, n, min(left, sleepSlice))
+		futexWait(joined, n, min(left, max(every-time.Since(looked), time.Millisecond)))
 	}
 }
 
@@ -319,22 +337,31 @@ func (c *Comm) begin(ctx context.Context, op string) error {
 		return &comm.CollectiveFailedError{Operation: op, Rank: f.blamed,
 			Message: "the communicator failed earlier (fail-stop): " + f.err.Error(), Err: f.err}
 	}
+	c.holdMu.Lock()
 	if !c.active.TryLock() {
 		// Held by a collective that has not returned, or by Close.
+		holder := c.holder
+		c.holdMu.Unlock()
 		if c.closed.Load() {
 			return comm.ErrInvalidCommunicator
 		}
-		return comm.ConcurrentCall(op, opName(uint8(c.curOp.Load())))
+		return comm.ConcurrentCall(op, holder)
 	}
+	c.holder = op
+	c.holdMu.Unlock()
 	if c.closed.Load() {
-		c.active.Unlock()
+		c.end()
 		return comm.ErrInvalidCommunicator
 	}
-	c.curOp.Store(uint32(opCode(op)))
 	return nil
 }
 
-func (c *Comm) end() { c.active.Unlock() }
+func (c *Comm) end() {
+	c.holdMu.Lock()
+	c.holder = ""
+	c.active.Unlock()
+	c.holdMu.Unlock()
+}
 
 // start checks what must hold before the first step: the context is live
 // and no rank has failed.
@@ -378,6 +405,7 @@ func (c *Comm) raise(op uint8, blamed int, cause uint8, msg string) {
 	}
 	if atomic.CompareAndSwapUint64(abort, 0, packAbort(blamed, c.rank, cause, op)) {
 		c.ringAll()
+		futexWake(c.seg.u32(hJoined), 1<<30) // the ranks still waiting for the others to join
 		c.seg.forget()
 	}
 }

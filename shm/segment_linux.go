@@ -342,8 +342,11 @@ func (s *segment) register(rank int) error {
 	atomic.StoreUint32(s.slotState(rank), slotJoined)
 	if atomic.AddUint32(s.u32(hJoined), 1) == uint32(s.geo.size) {
 		atomic.StoreUint32(s.u32(hState), stateRunning)
+		// Only the last join wakes the ranks that wait: waking them at
+		// every join made start-up take time and CPU growing with the
+		// square of the size (at 512 ranks, longer than 30 s here).
+		futexWake(s.u32(hJoined), 1<<30)
 	}
-	futexWake(s.u32(hJoined), 1<<30)
 	return nil
 }
 
@@ -352,11 +355,19 @@ func (s *segment) register(rank int) error {
 // process that has ended but is not yet reaped, or whose pid the system
 // gave to another process, is not seen: the connect timeout then ends the
 // wait.)
-func (s *segment) deadPeer(self int) (int, int) {
-	for r := range s.geo.size {
+//
+// It looks at up to looks ranks that joined, from *next on (round the
+// ranks), and passes over at most deadPeerScan slots; *next moves on past
+// them, so that the next call goes on from there.
+func (s *segment) deadPeer(self int, next *int, looks int) (int, int) {
+	size := s.geo.size
+	for i := 0; i < min(size, deadPeerScan) && looks > 0; i++ {
+		r := *next % size
+		*next = r + 1
 		if r == self || atomic.LoadUint32(s.slotState(r)) != slotJoined {
 			continue
 		}
+		looks--
 		pid := int(atomic.LoadInt32(s.pid(r)))
 		if pid > 0 && processEnded(pid) && atomic.LoadUint32(s.slotState(r)) == slotJoined {
 			return r, pid
@@ -364,6 +375,9 @@ func (s *segment) deadPeer(self int) (int, int) {
 	}
 	return -1, 0
 }
+
+// deadPeerScan bounds the slots one call of deadPeer passes over.
+const deadPeerScan = 1024
 
 // processEnded reports whether process pid has ended, reaped or not (a
 // zombie has ended too: its parent may not have waited for it yet).

@@ -42,6 +42,10 @@ func startWatcher(c *Comm) (*watcher, int, error) {
 			unix.Close(fd)
 			err = unix.ESRCH
 		}
+		if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
+			w.closeFDs()
+			return nil, c.rank, fmt.Errorf("cannot watch rank %d's process: %w (every rank holds a descriptor of each other rank's process: %d ranks need a limit of open files, ulimit -n, above %d)", r, err, c.size, c.size+64)
+		}
 		if err != nil && atomic.LoadUint32(c.seg.slotState(r)) == slotClosed {
 			continue // it closed the communicator, then exited: fine
 		}

@@ -397,6 +397,9 @@ func (co *coordinator) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 	for r := 1; r <= len(co.workers); r++ {
 		comm.Reduce(send.Type, op, recv.Bytes, in[(r-1)*n:r*n])
 	}
+	if len(in) > scratchKeep {
+		co.scratch = nil // not kept for the next one (see scratchKeep)
+	}
 	co.one[0] = recv.Bytes
 	return co.scatter(TagAllreduceRecv, co.one[:], -1)
 }
@@ -445,6 +448,12 @@ type opMismatchError struct {
 
 func (e *opMismatchError) Error() string { return ErrReduceOpMismatch.Error() + ": " + e.msg }
 func (e *opMismatchError) Unwrap() error { return ErrReduceOpMismatch }
+
+// scratchKeep is the most scratch the coordinator keeps from one
+// allreduce for the next: it takes times the array (every worker's
+// contribution, to reduce them in rank order), which for a large array is
+// memory an application wants back once the call returns.
+var scratchKeep = 64 << 20
 
 // scratchBytes returns n bytes of 8-byte-aligned scratch space.
 func (co *coordinator) scratchBytes(n int) []byte {

@@ -91,3 +91,15 @@ func Pending(c *Comm) error {
 	defer c.stateMu.Unlock()
 	return c.pending
 }
+
+// SetScratchKeep sets the most allreduce scratch rank 0 keeps between
+// collectives, and returns a function that restores it. Not for parallel
+// tests.
+func SetScratchKeep(n int) (restore func()) {
+	old := scratchKeep
+	scratchKeep = n
+	return func() { scratchKeep = old }
+}
+
+// ScratchBytes returns the allreduce scratch rank 0's c keeps.
+func ScratchBytes(c *Comm) int { return 8 * cap(c.role.(*coordinator).scratch) }

@@ -295,7 +295,7 @@ func (c Config) resolve() string {
 func (c Config) Validate() error {
 	b := c.resolve()
 	if !slices.Contains(Backends, b) {
-		return invalidBackend(c.Backend)
+		return invalidBackend(c.Backend, "Backend")
 	}
 	var errs []error
 	failed := map[string]bool{}
@@ -330,8 +330,10 @@ func (c Config) Validate() error {
 	return joinErrors(errs)
 }
 
-func invalidBackend(name string) error {
-	return &comm.InvalidBackendError{Name: name, Available: Backends}
+// invalidBackend is the error of an unknown backend name, from where (a
+// variable or a Config field).
+func invalidBackend(name, where string) error {
+	return &comm.InvalidBackendError{Name: name, Available: Backends, Var: where}
 }
 
 // joinErrors returns nil, the one error, or errors.Join of several, so

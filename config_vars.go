@@ -156,7 +156,7 @@ var backendName = codec{
 	parse: func(c *Config, v string) error {
 		c.Backend = strings.ToLower(v)
 		if !slices.Contains(Backends, c.Backend) {
-			return invalidBackend(c.Backend)
+			return invalidBackend(c.Backend, EnvBackend)
 		}
 		return nil
 	},

@@ -180,10 +180,16 @@ func (e *MissingConfigurationError) Error() string {
 type InvalidBackendError struct {
 	Name      string
 	Available []string
+	// Var, when set, is where the name came from: the environment
+	// variable (COBRE_COMM_BACKEND) or the configuration field.
+	Var string
 }
 
 // Error names the backend asked for and the ones available.
 func (e *InvalidBackendError) Error() string {
+	if e.Var != "" {
+		return fmt.Sprintf("comm: unknown backend %q in %s (available: %s)", e.Name, e.Var, strings.Join(e.Available, ", "))
+	}
 	return fmt.Sprintf("comm: unknown backend %q (available: %s)", e.Name, strings.Join(e.Available, ", "))
 }
 

@@ -119,6 +119,9 @@ func TestConfigBadValues(t *testing.T) {
 		{"timeout negative", "COBRE_TCP_TIMEOUT_SECS", "-5", "0.001..31536000"},
 		{"timeout not a number", "COBRE_TCP_TIMEOUT_SECS", "soon", "not a number"},
 		{"timeout NaN", "COBRE_TCP_TIMEOUT_SECS", "NaN", "not a number"},
+		{"timeout with a digit separator", "COBRE_TCP_TIMEOUT_SECS", "1_000", "not a number"},
+		{"timeout as a hexadecimal float", "COBRE_TCP_TIMEOUT_SECS", "0x1p4", "not a number"},
+		{"liveness with a digit separator", "COBRE_TCP_LIVENESS_SECS", "0_0", "not a number"},
 		{"connect timeout zero", "COBRE_TCP_CONNECT_TIMEOUT_MS", "0", "1..2147483647"},
 		{"connect timeout max int64", "COBRE_TCP_CONNECT_TIMEOUT_MS", "9223372036854775807", "must be a whole number of milliseconds in 1..2147483647"},
 		{"connect timeout beyond int64", "COBRE_TCP_CONNECT_TIMEOUT_MS", "99999999999999999999", "must be a whole number of milliseconds in 1..2147483647"},
@@ -341,6 +344,14 @@ func TestBackendSelection(t *testing.T) {
 		assert.Equal(t, "mpi", ib.Name)
 		assert.Equal(t, []string{"auto", "tcp", "shm", "local"}, ib.Available)
 		assert.ErrorContains(t, err, "auto, tcp, shm, local")
+		assert.Equal(t, "COBRE_COMM_BACKEND", ib.Var)
+		assert.ErrorContains(t, err, `unknown backend "mpi" in COBRE_COMM_BACKEND`)
+
+		cfg := starcomm.DefaultConfig()
+		cfg.Backend = "mpi"
+		err = cfg.Validate()
+		require.ErrorAs(t, err, &ib)
+		assert.Equal(t, "Backend", ib.Var, "Config.Validate names the field")
 	})
 	t.Run("Go config validation names the field", func(t *testing.T) {
 		cfg := starcomm.DefaultConfig()

@@ -467,7 +467,7 @@ func formatSeconds(d time.Duration) string {
 func parseSeconds(v string, lo time.Duration, allowed string) (time.Duration, error) {
 	secs, err := strconv.ParseFloat(v, 64)
 	switch {
-	case (err != nil && !errors.Is(err, strconv.ErrRange)) || math.IsNaN(secs):
+	case (err != nil && !errors.Is(err, strconv.ErrRange)) || math.IsNaN(secs) || !plainDecimal(v):
 		return 0, notAllowed("not a number; " + allowed)
 	// Compared as seconds, before the conversion: a huge value does not
 	// fit a Duration.
@@ -476,6 +476,11 @@ func parseSeconds(v string, lo time.Duration, allowed string) (time.Duration, er
 	}
 	return time.Duration(math.Round(secs * float64(time.Second))), nil
 }
+
+// plainDecimal reports whether v is written as a decimal number
+// (strconv.ParseFloat also takes Go's digit separators, 1_000, and
+// hexadecimal floats, 0x1p4, which the integer variables refuse).
+func plainDecimal(v string) bool { return !strings.ContainsAny(v, "_xXpP") }
 
 // seconds is a number of seconds, decimals allowed, from lo to a year.
 func seconds(lo time.Duration, f func(*Config) *time.Duration) codec {
@@ -498,7 +503,7 @@ func secondsOrOff(lo time.Duration, f func(*Config) *time.Duration) codec {
 	allowed := "must be 0 (off) or a number of seconds in " + secondsRange(lo)
 	return codec{
 		parse: func(c *Config, v string) error {
-			if secs, err := strconv.ParseFloat(v, 64); err == nil && secs == 0 {
+			if secs, err := strconv.ParseFloat(v, 64); err == nil && secs == 0 && plainDecimal(v) {
 				*f(c) = 0
 				return nil
 			}

@@ -117,8 +117,18 @@ type tagError struct {
 }
 
 func (e *tagError) Error() string {
-	return fmt.Sprintf("received %s frame, expected %s", TagName(e.got), TagName(e.want))
+	msg := fmt.Sprintf("received %s frame, expected %s", TagName(e.got), TagName(e.want))
+	if isCollectiveTag(e.got) && isCollectiveTag(e.want) {
+		// Without the desync check the frame's sender is blamed, though
+		// the rank that differs may be this one.
+		msg += " (the ranks called different collectives, or a rank went on after its call was refused for its arguments; COBRE_DEBUG=detail names the rank that differs)"
+	}
+	return msg
 }
+
+// isCollectiveTag reports whether tag is one of a collective's frames
+// (0x01 to 0x07).
+func isCollectiveTag(tag byte) bool { return tag >= TagAllgathervSend && tag <= TagBarrierGo }
 
 func (e *tagError) Unwrap() error { return ErrUnexpectedTag }
 

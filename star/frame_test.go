@@ -94,6 +94,7 @@ func TestReadFrameRefusesWithoutReading(t *testing.T) {
 		{"len too large", "FFFFFFFF 01", "carries 4294967294 payload bytes, expected 8"},
 		{"len too small", "00000002 01", "carries 1 payload bytes, expected 8"},
 		{"wrong tag", "00000009 02", "received AllgathervRecv frame, expected AllgathervSend"},
+		{"another collective", "00000001 06", "received BarrierReady frame, expected AllgathervSend (the ranks called different collectives, or a rank went on after its call was refused for its arguments; COBRE_DEBUG=detail names the rank that differs)"},
 		{"zero len", "00000000 01", "frame with LEN 0 (no room for its tag) where a AllgathervSend frame of 8 payload bytes was expected"},
 		{"huge abort", "FFFFFFFF 0B", "received Abort frame"},
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/xtaci/smux"
@@ -71,6 +72,10 @@ type admission struct {
 	// these, so that a flood of hostile connections costs no memory here.
 	refusals    int
 	lastRefusal string
+	// outOfFiles is set when an Accept failed for want of file
+	// descriptors (EMFILE, ENFILE): rank 0's own limit, not a worker's
+	// fault.
+	outOfFiles atomic.Bool
 	// After start-up (see serve): which ranks have a control session, or
 	// one being set up, and what to do with a new one.
 	serving  bool
@@ -455,6 +460,9 @@ func (a *admission) acceptLoop() {
 				return
 			default:
 			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				a.outOfFiles.Store(true)
+			}
 			if !a.report(event{kind: evBad, text: fmt.Sprintf("accepting a connection failed: %v", err)}) {
 				return
 			}
@@ -699,7 +707,13 @@ func (a *admission) missing(cause error) error {
 	if a.refusals > 0 {
 		msg += fmt.Sprintf("; refused %d connection(s), last: %s", a.refusals, a.lastRefusal)
 	}
-	return &startupError{msg: msg, missing: missing[0], cause: cause}
+	blame := missing[0]
+	if a.outOfFiles.Load() {
+		// The workers may well have come: rank 0 could not take them.
+		blame = 0
+		msg += fmt.Sprintf("; rank 0 ran out of open files (it holds 2 per worker: %d ranks need a limit, ulimit -n, above %d)", a.cfg.Size, 2*a.cfg.Size+64)
+	}
+	return &startupError{msg: msg, missing: blame, cause: cause}
 }
 
 // startupError is a start-up that failed because of rank missing.

@@ -249,6 +249,45 @@ func TestAcceptErrors(t *testing.T) {
 			require.Error(t, r0.err)
 			assert.Contains(t, r0.err.Error(), "missing ranks [1]")
 			assert.Contains(t, r0.err.Error(), "accepting a connection failed: accept: too many open files")
+			assert.Contains(t, r0.err.Error(), "rank 0 ran out of open files (it holds 2 per worker: 2 ranks need a limit, ulimit -n, above 68)")
 		})
 	})
+	// Rank 0 takes one worker and then runs out of files: the worker it
+	// took is told that rank 0 failed, not the rank it could not take.
+	t.Run("after one", func(t *testing.T) {
+		testkit.SyncTest(t, func(t *testing.T) {
+			ac := newAuthCluster(t, 3, func(rank int, c *star.Config) {
+				c.ConnectTimeout = 3 * time.Second
+				if rank == 0 {
+					c.Listener = &acceptThenFail{Listener: c.Listener, accepts: 1}
+				}
+			})
+			coord := ac.start(0)
+			r1 := <-ac.start(1)
+			w2 := ac.start(2)
+			r0 := <-coord
+			require.Error(t, r0.err)
+			assert.Contains(t, r0.err.Error(), "missing ranks [2]")
+			assert.Contains(t, r0.err.Error(), "rank 0 ran out of open files")
+			var ab *star.AbortError
+			require.ErrorAs(t, r1.err, &ab, "rank 1's start-up error")
+			assert.Equal(t, 0, ab.Rank, "rank 1 is told that rank 0 failed: %v", r1.err)
+			<-w2
+		})
+	})
+}
+
+// acceptThenFail accepts accepts connections, then fails every Accept as
+// a process out of file descriptors does.
+type acceptThenFail struct {
+	transport.Listener
+	accepts int
+}
+
+func (l *acceptThenFail) Accept() (transport.Conn, error) {
+	if l.accepts > 0 {
+		l.accepts--
+		return l.Listener.Accept()
+	}
+	return nil, fmt.Errorf("accept: %w", syscall.EMFILE)
 }

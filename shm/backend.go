@@ -107,6 +107,11 @@ var (
 	// ErrMismatch: ranks called different collectives, or disagree on an
 	// argument the segment carries (element type, operator, root, length).
 	ErrMismatch = errors.New("ranks called different collectives or disagree on their arguments")
+	// ErrPidNamespace: a rank runs in another pid namespace than the rank
+	// that created the segment (another container): the ranks' process
+	// ids, by which each watches the others, would name other processes
+	// or none.
+	ErrPidNamespace = errors.New("ranks in different pid namespaces")
 )
 
 // AbortError is the cause of a collective that failed because another rank

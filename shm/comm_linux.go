@@ -67,6 +67,7 @@ const (
 	causeMismatch = 6 // arguments or collectives disagree
 	causeInvalid  = 7 // the rank's Close interrupted its collective
 	causeStartup  = 8 // ranks never joined
+	causePidNS    = 9 // a rank is in another pid namespace
 )
 
 func causeErr(cause uint8) error {
@@ -85,6 +86,8 @@ func causeErr(cause uint8) error {
 		return ErrMismatch
 	case causeInvalid:
 		return comm.ErrInvalidCommunicator
+	case causePidNS:
+		return ErrPidNamespace
 	}
 	return errors.New("unknown failure")
 }

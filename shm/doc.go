@@ -181,7 +181,9 @@
 // removed with the segment: by the last rank to leave, by the next job
 // replacing a stale segment, and by RemoveFiles (starrun's cleanup).
 //
-// Limits: one host, one user, one pid namespace (pidfds); Linux 5.3 or
+// Limits: one host, one user, one pid namespace (pidfds; a rank in
+// another one, another container sharing /dev/shm, fails the job's
+// start-up at once with ErrPidNamespace, naming it); Linux 5.3 or
 // later for pidfds (older kernels find dead ranks by the timeout only);
 // names of letters, digits, '-' and '_'; collectives of one communicator
 // one at a time, as for every backend (one called while another runs fails

@@ -24,7 +24,7 @@ import (
 //	dataOff per rank, two halves of ChunkBytes each
 const (
 	segMagic   = 0x314d485354524153 // "SARTSHM1" little-endian
-	segVersion = 2
+	segVersion = 3
 	pageSize   = 4096
 	ctlOff     = pageSize
 	ctlStride  = 512
@@ -39,6 +39,7 @@ const (
 	hNonce    = 24  // uint64: random, set by the rank that initialised the segment
 	hState    = 32  // uint32: stateForming, stateRunning
 	hJoined   = 36  // uint32: ranks that joined; also the start-up futex word
+	hPidNS    = 40  // uint64: the pid namespace (inode) of the rank that initialised the segment; 0: unknown
 	hAbort    = 64  // uint64: the abort word (see packAbort), its own cache line
 	hStartErr = 128 // uint32: ranks whose start-up failed
 )
@@ -292,6 +293,7 @@ func (s *segment) initialise() error {
 	*s.u32(hSize) = uint32(s.geo.size)
 	*s.u64(hChunk) = uint64(s.geo.chunk)
 	*s.u64(hNonce) = binary.LittleEndian.Uint64(nonce[:])
+	*s.u64(hPidNS) = pidNamespace()
 	atomic.StoreUint32(s.u32(hState), stateForming)
 	atomic.StoreUint64(s.u64(hMagic), segMagic)
 	return nil
@@ -338,6 +340,19 @@ func (s *segment) register(rank int) error {
 	if st := atomic.LoadUint32(s.slotState(rank)); st != slotFree {
 		return &InUseError{Path: s.path, Reason: fmt.Sprintf("rank %d is already taken by pid %d", rank, atomic.LoadInt32(s.pid(rank)))}
 	}
+	if own, lead := pidNamespace(), atomic.LoadUint64(s.u64(hPidNS)); own != 0 && lead != 0 && own != lead {
+		// Fail the job's start-up at once, naming this rank: the ranks
+		// that joined would otherwise take this one's pid for another
+		// process's.
+		msg := fmt.Sprintf("rank %d runs in another pid namespace (pid:[%d]) than the rank that created segment %s (pid:[%d]): the ranks of an shm job must share one (one container, or a pod or host pid namespace), or use the tcp backend", rank, own, s.path, lead)
+		off := s.ctl(rank)
+		n := copy(s.mem[off+cMsg:off+ctlStride], msg)
+		atomic.StoreUint32(s.u32(off+cMsgLen), uint32(n))
+		atomic.AddUint32(s.u32(hStartErr), 1)
+		atomic.CompareAndSwapUint64(s.u64(hAbort), 0, packAbort(rank, rank, causePidNS, opStartup))
+		futexWake(s.u32(hJoined), 1<<30)
+		return fmt.Errorf("%s: %w", msg, ErrPidNamespace)
+	}
 	atomic.StoreInt32(s.pid(rank), int32(os.Getpid()))
 	atomic.StoreUint32(s.slotState(rank), slotJoined)
 	if atomic.AddUint32(s.u32(hJoined), 1) == uint32(s.geo.size) {
@@ -348,6 +363,16 @@ func (s *segment) register(rank int) error {
 		futexWake(s.u32(hJoined), 1<<30)
 	}
 	return nil
+}
+
+// pidNamespace returns the inode of this process's pid namespace, 0 when
+// it cannot be known (no /proc).
+func pidNamespace() uint64 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &st) != nil {
+		return 0
+	}
+	return st.Ino
 }
 
 // deadPeer returns a rank other than self that joined and whose process

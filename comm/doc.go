@@ -49,7 +49,9 @@
 // through the segment, as for any failure). Close returns
 // promptly after a failure or when it interrupts a collective; a healthy
 // backend's Close may wait for its peers to end too (the tcp backend's
-// workers wait, at most the timeout, for rank 0's Shutdown). After Close
+// workers wait for rank 0's Shutdown at most the timeout T plus
+// min(T/2, 500 ms), plus up to a twentieth of that sum, at most 250 ms,
+// since a read deadline is set at most that often). After Close
 // every call returns ErrInvalidCommunicator, whatever its arguments. When a
 // rank's Close interrupts its collective, that collective fails there with
 // ErrInvalidCommunicator and on the other ranks with ErrPeerClosed, naming

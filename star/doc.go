@@ -85,8 +85,10 @@
 // Shutdown: Close on a healthy, idle coordinator sends
 // Shutdown (0x0A, empty) to every worker, half-closes, and waits up to
 // ShutdownTimeout for each worker to close its end. Close on a healthy,
-// idle worker half-closes and waits, at most Timeout, for the Shutdown,
-// then closes: it returns nil on Shutdown and an error naming rank 0 when
+// idle worker half-closes and waits for the Shutdown, at most Timeout plus
+// min(Timeout/2, 500 ms) (the margin every read of a worker gets over the
+// coordinator's) plus up to a twentieth of that sum, at most 250 ms (a
+// read deadline is set at most that often), then closes: it returns nil on Shutdown and an error naming rank 0 when
 // rank 0 closed without it (it crashed or exited after the last
 // collective), sent something else, or sent nothing in time. A worker that
 // reads Shutdown while in a collective fails (ErrShutdown); a coordinator

@@ -76,7 +76,9 @@ type Config struct {
 	Logger *slog.Logger
 	// StallReport is how long a collective may wait on the coordinator
 	// before it logs which ranks have arrived and which have not, again
-	// every StallReport while it waits. Zero means the default, 30 s.
+	// every StallReport while it waits. It looks every StallReport/4, so
+	// the first report comes between StallReport and 1.25 StallReport
+	// into the wait. Zero means the default, 30 s.
 	StallReport time.Duration
 	// CheckCollectives makes every rank send, over its control session,
 	// the fingerprint of each collective (its sequence number, operation,

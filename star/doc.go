@@ -425,7 +425,9 @@
 //     size, disagreement on a broadcast root.
 //
 // With Config.Logger set, the coordinator reports every collective that
-// has waited longer than Config.StallReport, and again at that interval:
+// has waited longer than Config.StallReport, and again at that interval
+// (it looks every StallReport/4, so the first report comes between
+// StallReport and 1.25 StallReport into the wait):
 // which ranks have arrived, which have not, whether those are alive and
 // when they last finished a collective. A timeout's error says the same.
 package star

@@ -14,11 +14,15 @@ import (
 // The coordinator knows, for every collective, which workers' frames have
 // arrived and which workers have taken the result, and when each worker
 // last finished a collective. While a collective waits longer than
-// Config.StallReport it logs that, repeating every StallReport:
+// Config.StallReport it logs that, repeating every StallReport; it looks
+// every StallReport/4, so the first report comes between StallReport and
+// 1.25 StallReport into the wait:
 //
-//	allgatherv #57 waiting 30s for ranks [3] (0,1,2 arrived); rank 3 alive, last finished #56 31s ago
+//	allgatherv #57 waiting 33.214s for ranks [3] (0,1,2 arrived); rank 3 alive, last finished #56 33.215s ago; every rank waited for is alive and finished the collective before: unless it computes this long, it waits in another collective (the ranks called different collectives; COBRE_DEBUG=detail, or Config.CheckCollectives, names the rank that differs)
 //
-// and when the collective timeout fires, the error says the same. The
+// (the part after "ago" whenever every rank waited for is alive and
+// finished the collective before, unless CheckCollectives is on), and
+// when the collective timeout fires, the error says the same. The
 // bookkeeping is a few atomic stores per link per collective.
 
 // atomicSeq is a collective's number, shared with the stall monitor.

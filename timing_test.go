@@ -325,7 +325,7 @@ func TestRealImmediateExitBlame(t *testing.T) {
 				t.Logf("rank=%d type=%s named=%s msg=%q", p.rank, res.fields["type"], res.fields["rank"], res.msg)
 				switch p.rank {
 				case 2: // the rank at fault: its own error
-				case 0: // it saw the frame: spec table 5.3's length mismatch
+				case 0: // it saw the frame: a length mismatch (InvalidBufferSize)
 					assert.Equal(t, "InvalidBufferSize", res.fields["type"], res.msg)
 					assert.Contains(t, res.msg, "frame from rank 2")
 				default:

@@ -1,7 +1,8 @@
 // Package comm defines the starcomm collective-communication API: the
 // Communicator interface every backend implements, the typed generic helpers
 // programs call (Allgatherv, Allreduce, Broadcast), the reduction operators,
-// the element types, the error types of the spec's error table, and the
+// the element types, the error types (the README's "Errors" table says
+// which failure gives which), and the
 // single-rank local backend.
 //
 // # Buffers

@@ -37,8 +37,8 @@ func ConcurrentCall(op, running string) error {
 
 // CollectiveFailedError reports a collective that could not complete: a peer
 // crashed, hung, reset or cut off the connection, sent an unexpected frame,
-// or the caller's context was cancelled. It is the spec's
-// CommError::CollectiveFailed. Err keeps the cause for errors.Is
+// or the caller's context was cancelled (the CollectiveFailed error of the
+// README's "Errors" table). Err keeps the cause for errors.Is
 // (os.ErrDeadlineExceeded, io.EOF, io.ErrUnexpectedEOF, syscall.ECONNRESET,
 // context.Canceled, ...).
 type CollectiveFailedError struct {
@@ -148,7 +148,7 @@ func (e *AllocationFailedError) Error() string {
 
 // InitializationFailedError reports a backend that could not be started: the
 // handshake was refused, the coordinator was never reached, a listen failed.
-// It is the spec's BackendError::InitializationFailed.
+// It is the InitializationFailed error of the README's "Errors" table.
 type InitializationFailedError struct {
 	// Backend is the backend's name ("tcp", "star", ...).
 	Backend string

@@ -10,9 +10,9 @@
 //     elements of a comm.DType; Region.Bytes is the region's memory, aligned
 //     for its element type.
 //   - Create[T] is the typed entry point. It returns a *TypedRegion[T] whose
-//     Slice is a []T over the region's memory (no copy). Slice covers both the
-//     spec's as_slice and as_mut_slice: Go has no read-only slices, so who may
-//     write when is a matter of the ownership rules below.
+//     Slice is a []T over the region's memory (no copy), for reading and
+//     writing alike: Go has no read-only slices, so who may write when is a
+//     matter of the ownership rules below.
 //
 // The comm.Local and star backends do not import shm; a program gets the
 // Provider of any communicator with For(c): the shm backend's own for a
@@ -23,18 +23,17 @@
 // HeapFallback is the strategy of the local and TCP backends, whose ranks
 // run in separate address spaces (possibly on different machines), so no
 // memory is really shared: every rank allocates and populates its own copy.
-// Method by method (the spec's HeapFallback table):
+// Method by method:
 //
-//   - CreateRegion (create_shared_region) allocates a zeroed per-process
-//     buffer of count elements on the Go heap. Nothing is sent to any other
-//     rank and nothing is shared with one.
-//   - IsLeader (is_leader) always returns true: every rank is its own leader.
-//   - SplitLocal (split_local) returns a single-rank communicator (rank 0 of
-//     size 1, a new comm.Local).
-//   - TypedRegion.Slice (as_slice and as_mut_slice) returns the local heap
-//     memory itself.
-//   - Fence (fence) is a no-op that returns nil.
-//   - Release (Drop) drops the buffer; the garbage collector frees it once no
+//   - CreateRegion allocates a zeroed per-process buffer of count elements
+//     on the Go heap. Nothing is sent to any other rank and nothing is
+//     shared with one.
+//   - IsLeader always returns true: every rank is its own leader.
+//   - SplitLocal returns a single-rank communicator (rank 0 of size 1, a
+//     new comm.Local).
+//   - TypedRegion.Slice returns the local heap memory itself.
+//   - Fence is a no-op that returns nil.
+//   - Release drops the buffer; the garbage collector frees it once no
 //     slice obtained from the region refers to it any more.
 //
 // With the heap fallback every rank replicates shared data: R ranks holding

@@ -51,8 +51,8 @@ func checkRegion(r Region, dt comm.DType, count int) error {
 
 // Slice returns the region's elements: the region's memory itself, not a
 // copy, so writes through it change the region. It returns an empty non-nil
-// slice for an empty region and nil after Release. It covers the spec's
-// as_slice and as_mut_slice.
+// slice for an empty region and nil after Release. It serves both reading
+// and writing: Go has no read-only slices.
 func (t *TypedRegion[T]) Slice() []T {
 	b := t.r.Bytes()
 	if b == nil {

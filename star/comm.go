@@ -762,7 +762,8 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 }
 
 // classify maps a collective's failure on the link to peer (-1: none) to
-// the spec's error (table 5.3).
+// its comm error (CollectiveFailed, or InvalidBufferSize for a length
+// mismatch; the README's "Errors" table lists each case).
 func (c *Comm) classify(ctx context.Context, op string, peer int, err error) error {
 	var le *lengthError
 	var ab *AbortError

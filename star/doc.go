@@ -1,5 +1,6 @@
 // Package star implements the star-topology collective protocol of the
-// spec (TCP backend, sections 2 to 5) over any transport.Conn: rank 0 is the
+// COBRE TCP backend (the base protocol, "the spec" below, that
+// docs/protocol.md describes) over any transport.Conn: rank 0 is the
 // coordinator and holds one link to each worker; ranks 1..R-1 each hold one
 // link to rank 0. Every collective goes through the coordinator. The package
 // knows nothing about sockets: the same code runs over TCP

@@ -133,7 +133,7 @@ func isCollectiveTag(tag byte) bool { return tag >= TagAllgathervSend && tag <= 
 func (e *tagError) Unwrap() error { return ErrUnexpectedTag }
 
 // lengthError is a frame of the expected tag whose payload length differs
-// from what this rank's arguments say (spec table 5.3: InvalidBufferSize).
+// from what this rank's arguments say: an InvalidBufferSize error.
 type lengthError struct {
 	tag           byte
 	got, expected int // payload bytes; got is -1 for LEN 0

@@ -883,7 +883,7 @@ func (l *link) checkHeader() error {
 	n, tag, err := ParseHeader(l.rhdr[:])
 	if err == ErrZeroLength {
 		// LEN 0 leaves no room for the tag: a length mismatch like any
-		// other (spec table 5.3), reported as payload length -1.
+		// other (InvalidBufferSize), reported as payload length -1.
 		err = nil
 		tag = l.rwant
 	}

@@ -24,8 +24,8 @@ import (
 // collectives. Each cell runs 4 ranks over pipes wrapped by transport/faulty
 // inside a synctest bubble, so the spec's 60 s timeout costs nothing and
 // detection times are exact, and asserts on every surviving rank: the error
-// type of the spec's table 5.3 (CollectiveFailed with code 0, or
-// InvalidBufferSize for a bad LEN), the cause via errors.Is, the rank named,
+// type (CollectiveFailed with code 0, or InvalidBufferSize for a bad LEN,
+// as the README's "Errors" table says), the cause via errors.Is, the rank named,
 // the time to fail, fail-stop afterwards, a prompt Close, the caller's send
 // buffers unchanged, a correct result where a rank succeeded, and no
 // goroutine left (synctest.Test fails otherwise).

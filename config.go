@@ -134,8 +134,19 @@ type Config struct {
 	// 0 turns polling off). See star.Config.Spin.
 	Spin time.Duration
 	// ErrorFile is the path of the file where this rank records its first
-	// failure for its launcher (COBRE_ERROR_FILE; empty: no file). See
-	// package internal/errfile.
+	// failure for its launcher (COBRE_ERROR_FILE; empty: no file), before
+	// the failing call returns. The record is one line of JSON, written
+	// under a temporary name and linked into place (it appears whole or
+	// not at all), and never replaced (a rank's first failure wins):
+	//
+	//	{"time":"2026-11-28T04:24:27.38975664Z","rank":1,"size":3,"blamed":1,"op":"start-up","message":"comm: tcp backend initialization failed: ...","pid":26581}
+	//
+	// time (RFC 3339) is when the failure was returned to the program;
+	// rank is the writing rank and size the communicator's size; blamed
+	// is the rank at fault as this rank saw it (the Rank of its
+	// comm.CollectiveFailedError), or -1 when unknown; op is the operation
+	// that failed, a collective's name, "start-up" or "close"; message is
+	// the error's text; pid is the writing process's id.
 	ErrorFile string
 	// Liveness is the control session's liveness timeout: a rank silent
 	// this long (a frozen process, a dead host, a cut link) is declared

@@ -73,8 +73,9 @@
 // DIR is a directory private to the job (mode 0700, in the system's
 // temporary directory) that starrun creates before starting the ranks and
 // removes, with everything in it, when the job ends. starcomm writes a
-// rank's first failure there (when, the rank it blames, the message; see
-// internal/errfile) before the failing call returns; a rank that panics,
+// rank's first failure there (when, the rank it blames, the message: one
+// JSON record, described under Config.ErrorFile in package starcomm)
+// before the failing call returns; a rank that panics,
 // exits by itself or is killed writes nothing.
 //
 // # Output

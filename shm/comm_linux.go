@@ -240,23 +240,31 @@ func New(ctx context.Context, cfg CommConfig) (*Comm, error) {
 var watchHook, closeHook, closeWaitHook func()
 
 // startHook, when set (by tests), runs in awaitStart between its reading
-// of the joined count, short of size, and of the abort word.
-var startHook func()
+// of the joined count, short of size, and of the abort word; sleepHook
+// right before it sleeps.
+var startHook, sleepHook func()
 
 // awaitStart waits until every rank has joined, the deadline passes, ctx
 // ends, or another rank gives up. It returns the rank to blame on failure.
 func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) {
 	s := c.seg
-	joined := s.u32(hJoined)
+	joined, news := s.u32(hJoined), s.u32(hStartGen)
 	var looked time.Time // when the joined ranks' processes were last looked at
 	every := startupLookEvery(c.size)
 	next := c.rank + 1 // the next rank to look at (see segment.deadPeer)
-	// A join wakes nobody but for the last one (which wakes every rank);
-	// the end of ctx wakes this rank's wait at once, and so does every
-	// other rank's (they look, and sleep again).
-	stop := context.AfterFunc(ctx, func() { futexWake(joined, 1<<30) })
-	defer stop()
+	// A join wakes nobody but for the last one; a failure (raise) and the
+	// end of ctx wake every rank (the others look, and sleep again). Each
+	// changes news before it wakes: read before everything the loop looks
+	// at, it makes the sleep end at once if any came since.
+	woke := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { s.startNews(); close(woke) })
+	defer func() {
+		if !stop() {
+			<-woke // it writes to the segment: not after it is unmapped
+		}
+	}()
 	for {
+		gen := atomic.LoadUint32(news)
 		n := atomic.LoadUint32(joined)
 		if n == uint32(c.size) {
 			return -1, nil
@@ -305,7 +313,10 @@ func (c *Comm) awaitStart(ctx context.Context, deadline time.Time) (int, error) 
 			}
 			return blamed, &MissingRanksError{Ranks: missing, Err: os.ErrDeadlineExceeded, Size: c.size, Within: c.cfg.ConnectTimeout}
 		}
-		futexWait(joined, n, min(left, max(every-time.Since(looked), time.Millisecond)))
+		if sleepHook != nil {
+			sleepHook()
+		}
+		futexWait(news, gen, min(left, max(every-time.Since(looked), time.Millisecond)))
 	}
 }
 
@@ -408,7 +419,7 @@ func (c *Comm) raise(op uint8, blamed int, cause uint8, msg string) {
 	}
 	if atomic.CompareAndSwapUint64(abort, 0, packAbort(blamed, c.rank, cause, op)) {
 		c.ringAll()
-		futexWake(c.seg.u32(hJoined), 1<<30) // the ranks still waiting for the others to join
+		c.seg.startNews() // the ranks still waiting for the others to join
 		c.seg.forget()
 	}
 }

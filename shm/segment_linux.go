@@ -38,8 +38,9 @@ const (
 	hChunk    = 16  // uint64
 	hNonce    = 24  // uint64: random, set by the rank that initialised the segment
 	hState    = 32  // uint32: stateForming, stateRunning
-	hJoined   = 36  // uint32: ranks that joined; also the start-up futex word
+	hJoined   = 36  // uint32: ranks that joined
 	hPidNS    = 40  // uint64: the pid namespace (inode) of the rank that initialised the segment; 0: unknown
+	hStartGen = 48  // uint32: start-up news (the last join, a failure, a rank's context ended); the futex word of the ranks waiting for the others to join
 	hAbort    = 64  // uint64: the abort word (see packAbort), its own cache line
 	hStartErr = 128 // uint32: ranks whose start-up failed
 )
@@ -350,7 +351,7 @@ func (s *segment) register(rank int) error {
 		atomic.StoreUint32(s.u32(off+cMsgLen), uint32(n))
 		atomic.AddUint32(s.u32(hStartErr), 1)
 		atomic.CompareAndSwapUint64(s.u64(hAbort), 0, packAbort(rank, rank, causePidNS, opStartup))
-		futexWake(s.u32(hJoined), 1<<30)
+		s.startNews()
 		return fmt.Errorf("%s: %w", msg, ErrPidNamespace)
 	}
 	atomic.StoreInt32(s.pid(rank), int32(os.Getpid()))
@@ -360,9 +361,17 @@ func (s *segment) register(rank int) error {
 		// Only the last join wakes the ranks that wait: waking them at
 		// every join made start-up take time and CPU growing with the
 		// square of the size (at 512 ranks, longer than 30 s here).
-		futexWake(s.u32(hJoined), 1<<30)
+		s.startNews()
 	}
 	return nil
+}
+
+// startNews wakes the ranks that wait for the others to join: it changes
+// the word they sleep on (so that a rank about to sleep does not miss it),
+// then wakes them.
+func (s *segment) startNews() {
+	atomic.AddUint32(s.u32(hStartGen), 1)
+	futexWake(s.u32(hStartGen), 1<<30)
 }
 
 // pidNamespace returns the inode of this process's pid namespace, 0 when

@@ -72,9 +72,9 @@ type admission struct {
 	// these, so that a flood of hostile connections costs no memory here.
 	refusals    int
 	lastRefusal string
-	// outOfFiles is set when an Accept failed for want of file
-	// descriptors (EMFILE, ENFILE): rank 0's own limit, not a worker's
-	// fault.
+	// outOfFiles is set while Accept fails for want of file descriptors
+	// (EMFILE, ENFILE; cleared by the next Accept that works): rank 0's
+	// own limit, not a worker's fault, when start-up ends so.
 	outOfFiles atomic.Bool
 	// After start-up (see serve): which ranks have a control session, or
 	// one being set up, and what to do with a new one.
@@ -477,6 +477,7 @@ func (a *admission) acceptLoop() {
 			continue
 		}
 		pause = 0
+		a.outOfFiles.Store(false) // it passed
 		a.mu.Lock()
 		if a.over {
 			a.mu.Unlock()

@@ -275,6 +275,29 @@ func TestAcceptErrors(t *testing.T) {
 			<-w2
 		})
 	})
+	// A passing shortage (an Accept failed, the next worked) is not why
+	// a worker that never came is missing: it is blamed.
+	t.Run("passed", func(t *testing.T) {
+		testkit.SyncTest(t, func(t *testing.T) {
+			ac := newAuthCluster(t, 3, func(rank int, c *star.Config) {
+				c.ConnectTimeout = 3 * time.Second
+				if rank == 0 {
+					fl := &failingListener{Listener: c.Listener}
+					fl.fails.Store(1)
+					c.Listener = fl
+				}
+			})
+			coord := ac.start(0)
+			r1 := <-ac.start(1) // rank 2 never comes
+			r0 := <-coord
+			require.Error(t, r0.err)
+			assert.Contains(t, r0.err.Error(), "missing ranks [2]")
+			assert.NotContains(t, r0.err.Error(), "ran out of open files")
+			var ab *star.AbortError
+			require.ErrorAs(t, r1.err, &ab, "rank 1's start-up error")
+			assert.Equal(t, 2, ab.Rank, "rank 1 is told that rank 2 never came: %v", r1.err)
+		})
+	})
 }
 
 // acceptThenFail accepts accepts connections, then fails every Accept as

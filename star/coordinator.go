@@ -397,9 +397,6 @@ func (co *coordinator) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 	for r := 1; r <= len(co.workers); r++ {
 		comm.Reduce(send.Type, op, recv.Bytes, in[(r-1)*n:r*n])
 	}
-	if len(in) > scratchKeep {
-		co.scratch = nil // not kept for the next one (see scratchKeep)
-	}
 	co.one[0] = recv.Bytes
 	return co.scatter(TagAllreduceRecv, co.one[:], -1)
 }
@@ -449,16 +446,18 @@ type opMismatchError struct {
 func (e *opMismatchError) Error() string { return ErrReduceOpMismatch.Error() + ": " + e.msg }
 func (e *opMismatchError) Unwrap() error { return ErrReduceOpMismatch }
 
-// scratchKeep is the most scratch the coordinator keeps from one
-// allreduce for the next: it takes times the array (every worker's
-// contribution, to reduce them in rank order), which for a large array is
-// memory an application wants back once the call returns.
+// scratchKeep bounds the allreduce scratch the coordinator keeps for
+// allreduces that need much less of it. An allreduce of n bytes takes
+// ·n (every worker's contribution, to reduce them in rank order): the
+// scratch of a large one is kept while later allreduces need at least a
+// quarter of it (so that a series of them does not allocate), and is let
+// go, for a scratch of the size needed, by the first that needs less.
 var scratchKeep = 64 << 20
 
 // scratchBytes returns n bytes of 8-byte-aligned scratch space.
 func (co *coordinator) scratchBytes(n int) []byte {
 	words := (n + 7) / 8
-	if cap(co.scratch) < words {
+	if kept := cap(co.scratch); kept < words || kept*8 > scratchKeep && words < kept/4 {
 		co.scratch = make([]uint64, words)
 	}
 	return comm.ViewOf(co.scratch[:words]).Bytes[:n]

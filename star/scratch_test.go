@@ -14,10 +14,11 @@ import (
 )
 
 // TestLargeAllreduceScratchGoes: rank 0 reduces an allreduce from
-// times the array of scratch; it keeps that for the next allreduce up to
-// a bound, and lets a larger one go when the call returns. (It used to
-// keep every byte of the largest until Close: 796 MB after an allreduce
-// of 256 MiB over 4 ranks.)
+// times the array of scratch. Over a bound, it keeps that while the next
+// allreduces need at least a quarter of it (a series of large ones does
+// not allocate), and lets it go for the size needed at the first that
+// needs less. (It used to keep every byte of the largest until Close: 796
+// MB after an allreduce of 256 MiB over 4 ranks.)
 func TestLargeAllreduceScratchGoes(t *testing.T) {
 	defer star.SetScratchKeep(4 << 10)()
 	comms, err := testkit.StartStar(context.Background(), testkit.NewPipeNetwork(), 3, func(c *star.Config) {
@@ -49,12 +50,19 @@ func TestLargeAllreduceScratchGoes(t *testing.T) {
 		}
 	}
 	c0 := comms[0].(*star.Comm)
-	allreduce(256) // 2 workers x 2 KiB: kept
-	assert.Equal(t, 4<<10, star.ScratchBytes(c0), "the scratch of a small allreduce is kept")
-	allreduce(256)
-	assert.Equal(t, 4<<10, star.ScratchBytes(c0), "and used again")
-	allreduce(1024) // 2 x 8 KiB: over the bound
-	assert.Zero(t, star.ScratchBytes(c0), "the scratch of a large allreduce is let go")
-	allreduce(256)
-	assert.Equal(t, 4<<10, star.ScratchBytes(c0))
+	for _, step := range []struct {
+		n    int // float64s per rank
+		kept int // bytes of scratch rank 0 keeps after it (2 workers)
+	}{
+		{256, 4 << 10},   // within the bound
+		{1024, 16 << 10}, // over it: kept for the next ones
+		{1024, 16 << 10},
+		{512, 16 << 10},
+		{256, 16 << 10}, // a quarter: still kept
+		{128, 2 << 10},  // less: let go
+		{256, 4 << 10},
+	} {
+		allreduce(step.n)
+		assert.Equal(t, step.kept, star.ScratchBytes(c0), "after an allreduce of %d float64s", step.n)
+	}
 }

@@ -50,7 +50,7 @@ func TestOtherPidNamespace(t *testing.T) {
 	runErr := cmd.Run()
 	var exit *exec.ExitError
 	require.ErrorAs(t, runErr, &exit, "rank 1 must fail; stderr: %s", stderr.String())
-	assert.Contains(t, stderr.String(), "rank 1 runs in another pid namespace")
+	assert.Contains(t, stderr.String(), "rank 1 (pid namespace pid:[")
 
 	err = <-coord
 	took := time.Since(started)
@@ -58,6 +58,7 @@ func TestOtherPidNamespace(t *testing.T) {
 	var ae *shm.AbortError
 	require.ErrorAs(t, err, &ae)
 	assert.Equal(t, 1, ae.Rank)
-	assert.Contains(t, err.Error(), "rank 1 runs in another pid namespace")
+	assert.Contains(t, err.Error(), "rank 1 (pid namespace pid:[")
+	assert.Contains(t, err.Error(), "run in different pid namespaces")
 	assert.Less(t, took, 20*time.Second, "rank 0 failed %v after rank 1 started, not at its connect timeout", took)
 }

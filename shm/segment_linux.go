@@ -342,10 +342,11 @@ func (s *segment) register(rank int) error {
 		return &InUseError{Path: s.path, Reason: fmt.Sprintf("rank %d is already taken by pid %d", rank, atomic.LoadInt32(s.pid(rank)))}
 	}
 	if own, lead := pidNamespace(), atomic.LoadUint64(s.u64(hPidNS)); own != 0 && lead != 0 && own != lead {
-		// Fail the job's start-up at once, naming this rank: the ranks
-		// that joined would otherwise take this one's pid for another
-		// process's.
-		msg := fmt.Sprintf("rank %d runs in another pid namespace (pid:[%d]) than the rank that created segment %s (pid:[%d]): the ranks of an shm job must share one (one container, or a pod or host pid namespace), or use the tcp backend", rank, own, s.path, lead)
+		// Fail the job's start-up at once, naming this rank (the odd one
+		// out may be the segment's creator: the message does not say
+		// which): the ranks that joined would otherwise take this one's
+		// pid for another process's.
+		msg := fmt.Sprintf("rank %d (pid namespace pid:[%d]) and the rank that created segment %s (pid:[%d]) run in different pid namespaces: the ranks of an shm job must share one (one container, or a pod or host pid namespace), or use the tcp backend", rank, own, s.path, lead)
 		off := s.ctl(rank)
 		n := copy(s.mem[off+cMsg:off+ctlStride], msg)
 		atomic.StoreUint32(s.u32(off+cMsgLen), uint32(n))

@@ -341,21 +341,8 @@ func (c *Comm) begin(ctx context.Context, op string, root int) (pending, err err
 	return c.pending, nil
 }
 
-// admit is what begin checks, without marking the collective running:
-// the call's arguments are checked between the two, so that a call
-// refused for them never was running (a Close or a context cancelled
-// meanwhile has nothing of it to cancel). pending reports a failure that
-// begin will return, before which the arguments are not checked.
-func (c *Comm) admit(ctx context.Context, op string) (pending bool, err error) {
-	c.stateMu.Lock()
-	defer c.stateMu.Unlock()
-	if err := c.admitLocked(ctx, op); err != nil {
-		return false, err
-	}
-	return c.pending != nil && c.seq+1 > c.pendingAfter, nil
-}
-
-// admitLocked checks that a collective may start. stateMu must be held.
+// admitLocked checks that a collective may start, as begin does, without
+// marking it running. stateMu must be held.
 func (c *Comm) admitLocked(ctx context.Context, op string) error {
 	if c.closed {
 		return comm.ErrInvalidCommunicator // whatever the arguments
@@ -991,8 +978,6 @@ func (c *Comm) runRooted(ctx context.Context, op string, root int, check func() 
 	c.stateMu.Lock()
 	select {
 	case c.ops <- struct{}{}:
-		c.holder = op
-		c.stateMu.Unlock()
 	default:
 		// Held by a collective that has not returned, or by Close.
 		closed, holder := c.closed, c.holder
@@ -1002,13 +987,21 @@ func (c *Comm) runRooted(ctx context.Context, op string, root int, check func() 
 		}
 		return comm.ConcurrentCall(op, holder)
 	}
+	c.holder = op
+	// The call is admitted here, and begins (marked running) only after
+	// its arguments are checked: a call refused for them never runs, so a
+	// Close or a context cancelled meanwhile has nothing of it to cancel.
+	// A pending failure that begin will return comes before them.
+	err := c.admitLocked(ctx, op)
+	hasPending := c.pending != nil && c.seq+1 > c.pendingAfter
+	c.stateMu.Unlock()
 	defer func() {
+		c.cl = call{} // no slice of the caller's kept, whatever the outcome
 		c.stateMu.Lock()
 		c.holder = ""
 		<-c.ops
 		c.stateMu.Unlock()
 	}()
-	hasPending, err := c.admit(ctx, op)
 	if err != nil {
 		return err
 	}
@@ -1017,19 +1010,16 @@ func (c *Comm) runRooted(ctx context.Context, op string, root int, check func() 
 			// Refused before it began: the call does not count, so that
 			// the next one keeps the number every other rank gives it
 			// (the desync check and the stall reports match collectives
-			// by it), and keeps none of the caller's slices.
-			c.cl = call{}
+			// by it).
 			return err
 		}
 	}
 	pending, err := c.begin(ctx, op, root)
 	if err != nil {
-		c.cl = call{}
 		return err
 	}
 	if pending != nil {
 		c.endWatch()
-		c.cl = call{}
 		return c.fail(ctx, op, pending)
 	}
 	c.hook(hookBegin)

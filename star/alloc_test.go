@@ -48,6 +48,20 @@ func TestSteadyStateAllocations(t *testing.T) {
 	}
 }
 
+// TestSteadyStateAllocationsStreamed is TestSteadyStateAllocations with
+// its allreduce streamed (in 16-byte chunks, so 2 per allreduce): the
+// streamed reduction's hand-offs allocate nothing either.
+func TestSteadyStateAllocationsStreamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping allocation count")
+	}
+	defer star.SetStream(1, 16)()
+	streams, restore := countStreams()
+	defer restore()
+	steadyStateAllocations(t, func(c *star.Config) { c.Liveness = time.Hour })
+	require.Greater(t, streams.Load(), int64(600), "the allreduces streamed")
+}
+
 func steadyStateAllocations(t *testing.T, tweak func(*star.Config)) {
 	const ranks = 4
 	comms, err := testkit.StartStar(context.Background(), testkit.NewTCPNetwork(), ranks, tweak)

@@ -24,10 +24,7 @@ import (
 // coordinator's link goroutines), one relayed (each worker link's reader and
 // writer at once), one relayed whose frames are polled first, and both
 // kinds of broadcast.
-var closeOps = []struct {
-	name string
-	run  func(ctx context.Context, c comm.Communicator) error
-}{
+var closeOps = []closeOp{
 	{"allgatherv-small", func(ctx context.Context, c comm.Communicator) error {
 		return comm.Allgatherv(ctx, c, []float64{float64(c.Rank())}, make([]float64, 4), []int{1, 1, 1, 1}, []int{0, 1, 2, 3})
 	}},
@@ -53,6 +50,12 @@ var closeOps = []struct {
 		return comm.Broadcast(ctx, c, make([]float64, 8), 3)
 	}},
 	{"barrier", func(ctx context.Context, c comm.Communicator) error { return c.Barrier(ctx) }},
+}
+
+// closeOp is a collective that TestCloseAtEveryHandoff interrupts.
+type closeOp struct {
+	name string
+	run  func(ctx context.Context, c comm.Communicator) error
 }
 
 // handoff is one occurrence of a hook point on one rank.
@@ -126,12 +129,32 @@ func (h *handoffRecorder) handoffs() []handoff {
 // the next collective; nothing is left running (synctest.Test fails
 // otherwise).
 func TestCloseAtEveryHandoff(t *testing.T) {
+	cases := closeAtEveryHandoff(t, closeOps, map[string]string{"allgatherv-relayed": star.HookRelay})
+	t.Logf("%d cases: every hand-off of every rank in %d collectives", cases, len(closeOps))
+}
+
+// TestCloseAtEveryHandoffStreamed is TestCloseAtEveryHandoff for an
+// allreduce streamed in 64-byte chunks (13 of them): Close at any hand-off
+// of the streaming reader goroutines, on any rank.
+func TestCloseAtEveryHandoffStreamed(t *testing.T) {
+	defer star.SetStream(1, 64)()
+	ops := []closeOp{{"allreduce-streamed", func(ctx context.Context, c comm.Communicator) error {
+		return comm.Allreduce(ctx, c, make([]float64, 100), make([]float64, 100), comm.Sum)
+	}}}
+	cases := closeAtEveryHandoff(t, ops, map[string]string{"allreduce-streamed": star.HookStream})
+	t.Logf("%d cases: every hand-off of every rank", cases)
+}
+
+// closeAtEveryHandoff runs TestCloseAtEveryHandoff's cases for ops; must
+// names, for some ops, a hook point rank 0 must pass in the dry run. It
+// returns the number of cases.
+func closeAtEveryHandoff(t *testing.T, ops []closeOp, must map[string]string) int {
 	const size = 4
 	var recorder handoffRecorder
 	restore := star.SetTestHook(recorder.hook)
 	defer restore()
 	cases := 0
-	for _, op := range closeOps {
+	for _, op := range ops {
 		for rank := range size {
 			// A dry run records the hand-offs of this rank in this
 			// collective.
@@ -148,8 +171,8 @@ func TestCloseAtEveryHandoff(t *testing.T) {
 			})
 			points := recorder.handoffs()
 			require.NotEmpty(t, points, "op=%s rank=%d: no hand-off recorded", op.name, rank)
-			if op.name == "allgatherv-relayed" && rank == 0 {
-				require.Contains(t, points, handoff{star.HookRelay, 1}, "the coordinator relays it")
+			if point, ok := must[op.name]; ok && rank == 0 {
+				require.Contains(t, points, handoff{point, 1}, "the coordinator passes %s", point)
 			}
 			for _, at := range points {
 				cases++
@@ -159,7 +182,7 @@ func TestCloseAtEveryHandoff(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d cases: every hand-off of every rank in %d collectives", cases, len(closeOps))
+	return cases
 }
 
 // closeAt runs one case of TestCloseAtEveryHandoff.

@@ -48,6 +48,8 @@ type coordinator struct {
 	mine    []byte   // the desync check: rank 0's fingerprint
 	fps     [][]byte // every rank's, by rank
 	rs      relayState
+	st      streamState // a streamed allreduce (see reduce.go)
+	firsts  [][]byte    // a streamed allreduce: chunk 0 of every worker
 }
 
 // request is one link's part of a collective.
@@ -55,6 +57,7 @@ type request struct {
 	kind  reqKind
 	tag   byte     // reqWrite: the frame's tag
 	parts [][]byte // reqWrite: its payload, in order; reqWriteStaged: the whole frame
+	n     int      // reqStreamRead: the payload's data bytes (after the op byte)
 }
 
 type reqKind uint8
@@ -67,6 +70,7 @@ const (
 	reqHeader                     // read and check the header of the frame begun with beginRead
 	reqRelayRead                  // read the rest of the relayed region (see relay)
 	reqRelayWrite                 // write the relayed AllgathervRecv frame (see relay)
+	reqStreamRead                 // read a streamed allreduce's payload (see reduce.go)
 )
 
 // result is a link's answer to a request.
@@ -119,6 +123,8 @@ func (co *coordinator) serve(l *link) {
 			err = l.readHeader()
 		case reqRelayRead:
 			err = co.relayRead(l)
+		case reqStreamRead:
+			err = co.streamRead(l, req.n)
 		}
 		co.c.hook(hookServed)
 		co.results <- result{peer: l.peer, err: err}
@@ -380,6 +386,9 @@ func (co *coordinator) allgatherv(send []byte, parts [][]byte) error {
 
 func (co *coordinator) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 	n := len(send.Bytes)
+	if co.streams(n) {
+		return co.allreduceStreamed(send, recv, op)
+	}
 	in := co.scratchBytes(len(co.workers) * n)
 	for _, l := range co.workers {
 		r := l.peer
@@ -452,6 +461,9 @@ func (e *opMismatchError) Unwrap() error { return ErrReduceOpMismatch }
 // scratch of a large one is kept while later allreduces need at least a
 // quarter of it (so that a series of them does not allocate), and is let
 // go, for a scratch of the size needed, by the first that needs less.
+// With the default streamMin (equal to it) no stored allreduce needs more
+// than scratchKeep: a larger one is streamed (see reduce.go), and the rule
+// applies only where a test raises streamMin.
 var scratchKeep = 64 << 20
 
 // scratchBytes returns n bytes of 8-byte-aligned scratch space.

@@ -73,7 +73,11 @@
 // Min 1, Max 2, BitwiseOr 3) then its elements. The coordinator checks every
 // op byte against its own, reduces acc = send₀, then acc = op(acc, send_r)
 // for r = 1, 2, ..., R-1 in that order, and sends AllreduceRecv (0x04) with
-// acc to every worker.
+// acc to every worker. An allreduce whose ·n exceeds 64 MiB (n bytes
+// per rank) is reduced in that order chunk by chunk as the payloads stream
+// in, from two chunk buffers per worker link, instead of from every
+// worker's whole payload: the same result, bit for bit, and the same
+// frames (see reduce.go).
 //
 // Broadcast: with root 0 the coordinator sends Broadcast (0x05) with buf to
 // every worker. With root r > 0, worker r sends Broadcast to the

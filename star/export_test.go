@@ -101,5 +101,21 @@ func SetScratchKeep(n int) (restore func()) {
 	return func() { scratchKeep = old }
 }
 
+// HookStream is the hook point at which the coordinator begins to reduce
+// a streamed allreduce.
+const HookStream = hookStream
+
+// SetStream sets the least ·n of a streamed allreduce and its chunk
+// size (0: the default), and returns a function that restores both. Not
+// for parallel tests.
+func SetStream(least, chunk int) (restore func()) {
+	oldMin, oldChunk := streamMin, streamChunkFixed
+	streamMin, streamChunkFixed = least, chunk
+	return func() { streamMin, streamChunkFixed = oldMin, oldChunk }
+}
+
+// StreamChunkSize is the chunk of a streamed allreduce with workers links.
+func StreamChunkSize(workers int) int { return streamChunkSize(workers) }
+
 // ScratchBytes returns the allreduce scratch rank 0's c keeps.
 func ScratchBytes(c *Comm) int { return 8 * cap(c.role.(*coordinator).scratch) }

@@ -16,6 +16,7 @@ const (
 	hookSent    = "sent"    // a worker's frame went out
 	hookEnd     = "end"     // the collective's I/O is over, before it settles or fails
 	hookRelay   = "relay"   // the coordinator begins a relayed allgatherv
+	hookStream  = "stream"  // the coordinator begins to reduce a streamed allreduce
 	hookWords   = "words"   // a relay's writer whose worker is gone waits for the link's reader, then reads its last words
 	hookFailing = "failing" // a failure was recorded, before the Aborts go out
 	hookOOB     = "oob"     // the coordinator is about to send an Abort over a control session

@@ -119,6 +119,11 @@ type link struct {
 	// the whole region (set with relayReading's clearing, under the relay
 	// state's lock).
 	relayRegionIn bool
+	// sfree and sready pass the link's two chunk buffers (sbuf) between
+	// its goroutine and the reducer of a streamed allreduce (see
+	// reduce.go): free to fill, and filled.
+	sfree, sready chan []byte
+	sbuf          [2][]byte
 
 	// ctl is the control session with the peer, once there is one (the
 	// coordinator attaches a worker's at any time after start-up).

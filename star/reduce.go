@@ -1,0 +1,259 @@
+package star
+
+import "github.com/starcomm/starcomm/comm"
+
+// The streamed allreduce: how the coordinator reduces a large allreduce
+// without holding every worker's contribution.
+//
+// An allreduce is reduced in rank order (rank 0's data, then rank 1's, and
+// so on, element by element), so that a floating-point sum comes out the
+// same on every run. Stored, that takes ·n bytes of scratch on rank 0
+// for an allreduce of n bytes: every worker's whole contribution, read
+// concurrently, then reduced. An allreduce whose ·n exceeds
+// streamMin is instead reduced as it streams in: every worker link's
+// goroutine reads its worker's payload in chunks (streamChunkSize bytes,
+// element-aligned), into one of two chunk buffers of its own, and hands
+// each filled chunk to the collective's goroutine, which takes chunk k of
+// rank 1, 2, ..., R-1 in that order and reduces each into recv before it
+// gives the buffer back. The result is the same, bit for bit, as the
+// stored reduction's (the same operations on the same elements in the same
+// order), and rank 0 needs 2·(R-1) chunk buffers (at most streamBudget in
+// all, kept for the next streamed allreduce) instead of ·n.
+//
+// The wire is unchanged. Every worker's header is read and checked before
+// any payload byte (a length mismatch fails as it does stored), and every
+// worker's op byte before anything is reduced: an operator mismatch reads
+// the rest of every payload without reducing it, so that the links end at
+// a frame boundary as they do stored, and then fails naming the rank.
+//
+// What streaming changes is when rank 0 reads: a link whose two buffers
+// wait for the reducer is not read until the reducer gets to them, which
+// it does in rank order. So a worker's write can wait for a slower lower
+// rank's data (its progress stays under the timeout rule like any wait),
+// and a worker that crashes while its link waits so is found when the
+// reducer gets to it, or by its control session (liveness, and the loss
+// of the session's connection), whichever comes first, not at once.
+// Workers that are all there and all send keep every link moving: each
+// link is read while the reducer works on the others.
+
+// streamMin is the least ·n, in bytes, of an allreduce of n bytes
+// per rank that the coordinator reduces as it streams in (see above).
+// Below it the stored reduction's scratch is at most 64 MiB, kept for the
+// next allreduces (see scratchKeep).
+var streamMin = 64 << 20
+
+// streamBudget bounds the chunk buffers of a streamed allreduce, two per
+// worker link: streamChunkSize gives each at most streamBudget/(2·(R-1))
+// bytes, within [streamChunkMin, streamChunkMax].
+const (
+	streamBudget   = 32 << 20
+	streamChunkMin = 64 << 10
+	streamChunkMax = 1 << 20
+)
+
+// streamChunkFixed, when positive, overrides streamChunkSize (tests: many
+// chunks from a small allreduce). A multiple of 8.
+var streamChunkFixed int
+
+// streamChunkSize is the chunk of a streamed allreduce with the given
+// number of worker links: a multiple of 4096 (so of every element size).
+func streamChunkSize(workers int) int {
+	if streamChunkFixed > 0 {
+		return streamChunkFixed
+	}
+	c := streamBudget / (2 * max(workers, 1))
+	return min(max(c, streamChunkMin), streamChunkMax) &^ 4095
+}
+
+// streams reports whether an allreduce of n bytes per rank is streamed.
+func (co *coordinator) streams(n int) bool {
+	w := len(co.workers)
+	return w > 0 && n > streamMin/w
+}
+
+// streamState is the part of a streamed allreduce that its readers share.
+type streamState struct {
+	stop   chan struct{} // closed when the collective fails: readers stop
+	closed bool          // stop is closed (the next one needs a new one)
+}
+
+// streamBufs readies l's two chunk buffers of size bytes for a streamed
+// allreduce: both free, none handed over. Only the collective's goroutine
+// calls it, while no reader runs.
+func (l *link) streamBufs(size int) {
+	if l.sfree == nil {
+		l.sfree = make(chan []byte, 2)
+		l.sready = make(chan []byte, 2)
+	}
+	for {
+		select {
+		case <-l.sfree:
+			continue
+		case <-l.sready:
+			continue
+		default:
+		}
+		break
+	}
+	for i := range l.sbuf {
+		if len(l.sbuf[i]) != size {
+			// 8-byte aligned, as comm.Reduce wants its elements.
+			l.sbuf[i] = comm.ViewOf(make([]uint64, size/8)).Bytes
+		}
+		l.sfree <- l.sbuf[i]
+	}
+}
+
+// allreduceStreamed runs an allreduce as described above.
+func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp) error {
+	n := len(send.Bytes)
+	seq := co.c.seq
+	for _, l := range co.workers {
+		// recv stands in for the payload's length; nothing is read into it.
+		r := l.peer
+		l.beginRead(TagAllreduceSend, [][]byte{co.opBytes[r : r+1], recv.Bytes})
+	}
+	err := co.fan(co.workers, request{kind: reqHeader}, true)
+	for _, l := range co.workers {
+		l.endRead()
+	}
+	if err != nil {
+		return err
+	}
+	st := &co.st
+	if st.stop == nil || st.closed {
+		st.stop, st.closed = make(chan struct{}), false
+	}
+	size := streamChunkSize(len(co.workers))
+	for _, l := range co.workers {
+		l.streamBufs(size)
+	}
+	co.c.hook(hookStream)
+	for _, l := range co.workers {
+		co.c.hook(hookHandoff)
+		l.reqs <- request{kind: reqStreamRead, n: n}
+	}
+	pending := len(co.workers)
+	var first error
+	// next returns l's next chunk, or false once the collective failed.
+	next := func(l *link) ([]byte, bool) {
+		for {
+			select {
+			case b := <-l.sready:
+				return b, true
+			case res := <-co.results:
+				co.c.hook(hookResult)
+				pending--
+				if res.err == nil {
+					co.byRank[res.peer].arrive(seq) // its chunks wait in sready
+					continue
+				}
+				first = &linkError{peer: res.peer, err: res.err}
+				st.closed = true
+				close(st.stop)
+				for _, o := range co.workers {
+					if o.peer != res.peer {
+						o.cancel(errCut)
+					}
+				}
+				return nil, false
+			}
+		}
+	}
+	copy(recv.Bytes, send.Bytes)
+	var mismatch error
+	held := co.todo[:0] // chunk 0 of every worker, until the op bytes are checked
+	firsts := co.firsts[:0]
+	for lo := 0; lo < n && first == nil; lo += size {
+		hi := min(n, lo+size)
+		if lo == 0 {
+			firsts = firsts[:0]
+			for _, l := range co.workers {
+				b, ok := next(l)
+				if !ok {
+					break
+				}
+				held = append(held, l)
+				firsts = append(firsts, b)
+			}
+			if first != nil {
+				break
+			}
+			for _, l := range co.workers {
+				if comm.ReduceOp(co.opBytes[l.peer]) != op {
+					mismatch = co.opMismatch(op)
+					break
+				}
+			}
+			for i, l := range held {
+				if mismatch == nil {
+					comm.Reduce(send.Type, op, recv.Bytes[:hi], firsts[i])
+				}
+				l.sfree <- firsts[i]
+			}
+			clear(firsts)
+			held = held[:0]
+			continue
+		}
+		for _, l := range co.workers {
+			b, ok := next(l)
+			if !ok {
+				break
+			}
+			if mismatch == nil {
+				comm.Reduce(send.Type, op, recv.Bytes[lo:hi], b)
+			}
+			l.sfree <- b
+		}
+	}
+	co.todo, co.firsts = held[:0], firsts[:0]
+	for pending > 0 {
+		res := <-co.results
+		co.c.hook(hookResult)
+		pending--
+		if res.err == nil {
+			co.byRank[res.peer].arrive(seq)
+		} else if first == nil {
+			first = &linkError{peer: res.peer, err: res.err}
+		}
+	}
+	if first != nil {
+		return first
+	}
+	if mismatch != nil {
+		return mismatch
+	}
+	co.one[0] = recv.Bytes
+	return co.scatter(TagAllreduceRecv, co.one[:], -1)
+}
+
+// streamRead is a streamed allreduce's reader of link l (its header has
+// been read and checked): it reads the op byte into co.opBytes, then the
+// n data bytes in chunks, each into a buffer taken from l.sfree and handed
+// to the reducer through l.sready.
+func (co *coordinator) streamRead(l *link, n int) error {
+	stop := co.st.stop
+	if err := l.readFull(co.opBytes[l.peer:l.peer+1], 0); err != nil {
+		return unexpectedEOF(err)
+	}
+	defer l.endLowWater()
+	for left := n; left > 0; {
+		var b []byte
+		select {
+		case b = <-l.sfree:
+		case <-stop:
+			return errCut
+		}
+		b = b[:min(len(b), left)]
+		if err := l.readFull(b, left); err != nil {
+			return unexpectedEOF(err)
+		}
+		left -= len(b)
+		select {
+		case l.sready <- b:
+		case <-stop:
+			return errCut
+		}
+	}
+	return nil
+}

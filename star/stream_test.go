@@ -1,0 +1,262 @@
+package star_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/starcomm/starcomm/comm"
+	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/testkit"
+)
+
+// countStreams counts the streamed allreduces the coordinator begins, until
+// the returned restore runs.
+func countStreams() (*atomic.Int64, func()) {
+	var n atomic.Int64
+	restore := star.SetTestHook(func(rank int, point string) {
+		if point == star.HookStream {
+			n.Add(1)
+		}
+	})
+	return &n, restore
+}
+
+// streamValue is rank r's element i in TestStreamedAllreduce: for a float
+// sum, large and small values whose sum depends on the order it is taken in.
+func streamValue(r, i int) float64 {
+	switch (r + i) % 3 {
+	case 0:
+		return 1e16 * float64(1+i%5)
+	case 1:
+		return 1 + float64(i%7)/3
+	}
+	return -1e16 * float64(1+(i+r)%4)
+}
+
+// foldRanks is the allreduce's result as the spec defines it: rank 0's
+// data, then each other rank's reduced into it, in rank order.
+func foldRanks[T comm.Elem](typ comm.DType, op comm.ReduceOp, sends [][]T) []T {
+	out := append([]T(nil), sends[0]...)
+	for _, s := range sends[1:] {
+		comm.Reduce(typ, op, comm.ViewOf(out).Bytes, comm.ViewOf(s).Bytes)
+	}
+	return out
+}
+
+// streamedCase runs one allreduce of n elements of T per rank over comms
+// and checks every rank's result against foldRanks, bit for bit.
+func streamedCase[T comm.Elem](t *testing.T, comms []comm.Communicator, n int, op comm.ReduceOp, val func(r, i int) T) {
+	t.Helper()
+	sends := make([][]T, len(comms))
+	for r := range sends {
+		sends[r] = make([]T, n)
+		for i := range sends[r] {
+			sends[r][i] = val(r, i)
+		}
+	}
+	var zero [1]T
+	typ := comm.ViewOf(zero[:]).Type
+	want := foldRanks(typ, op, sends)
+	recvs := make([][]T, len(comms))
+	errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+		recvs[c.Rank()] = make([]T, n)
+		return comm.Allreduce(context.Background(), c, sends[c.Rank()], recvs[c.Rank()], op)
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+		assert.Equal(t, comm.ViewOf(want).Bytes, comm.ViewOf(recvs[r]).Bytes, "rank %d: %v of %d %v", r, op, n, typ)
+	}
+}
+
+// TestStreamedAllreduce: an allreduce over the streaming bound is reduced as
+// it streams in, chunk by chunk (here 64-byte chunks, so that one of a few
+// hundred bytes takes many), and its result is the rank-order reduction's,
+// bit for bit, for every operator and element type, on every rank, with a
+// last chunk that is whole, short or the only one. No scratch is kept for
+// it. The float sum's values make the order matter: the test checks that
+// the reverse order would give another result.
+func TestStreamedAllreduce(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	defer star.SetStream(1, 64)()
+	streams, restore := countStreams()
+	defer restore()
+	for _, size := range []int{2, 3, 5} {
+		t.Run(fmt.Sprintf("size=%d", size), func(t *testing.T) {
+			comms, err := testkit.StartStar(context.Background(), testkit.NewPipeNetwork(), size, func(c *star.Config) {
+				c.Timeout, c.Liveness = 10*time.Second, -1
+			})
+			require.NoError(t, err)
+			defer testkit.CloseAll(comms)
+			before := streams.Load()
+			ran := 0
+			for _, n := range []int{1, 7, 8, 9, 100, 1000} {
+				streamedCase(t, comms, n, comm.Sum, streamValue)
+				streamedCase(t, comms, n, comm.Min, func(r, i int) int32 { return int32((r*7919 + i*104729) % 1000003) })
+				streamedCase(t, comms, n, comm.Max, func(r, i int) float32 { return float32(math.Sin(float64(r*n + i))) })
+				streamedCase(t, comms, n, comm.BitwiseOr, func(r, i int) uint64 { return 1 << ((r + i) % 64) })
+				ran += 4
+			}
+			assert.Equal(t, int64(ran), streams.Load()-before, "every allreduce was streamed")
+			assert.Zero(t, star.ScratchBytes(comms[0].(*star.Comm)), "no stored-reduction scratch")
+		})
+	}
+	// The values make the order matter.
+	sends := make([][]float64, 5)
+	for r := range sends {
+		for i := range 100 {
+			sends[r] = append(sends[r], streamValue(r, i))
+		}
+	}
+	fwd := foldRanks(comm.Float64, comm.Sum, sends)
+	for i, j := 0, len(sends)-1; i < j; i, j = i+1, j-1 {
+		sends[i], sends[j] = sends[j], sends[i]
+	}
+	assert.NotEqual(t, fwd, foldRanks(comm.Float64, comm.Sum, sends), "the test's values must make the order of the sum matter")
+}
+
+// TestStreamedAllreduceSameAsStored: over real TCP, an allreduce of 4 MiB
+// per rank over 4 ranks, streamed in the default chunks (1 MiB), gives the
+// same bytes as the stored reduction of the same data, and then the stored
+// one (below the bound again) runs as before on the same communicator.
+func TestStreamedAllreduceSameAsStored(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	streams, restore := countStreams()
+	defer restore()
+	comms, err := testkit.StartStar(context.Background(), testkit.NewTCPNetwork(), 4, func(c *star.Config) {
+		c.Timeout = 20 * time.Second
+	})
+	require.NoError(t, err)
+	defer testkit.CloseAll(comms)
+	const n = 512 << 10 // float64: 4 MiB per rank
+	require.Equal(t, 1<<20, star.StreamChunkSize(3))
+	run := func() [][]float64 {
+		recvs := make([][]float64, len(comms))
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			send := make([]float64, n)
+			for i := range send {
+				send[i] = streamValue(c.Rank(), i)
+			}
+			recvs[c.Rank()] = make([]float64, n)
+			return comm.Allreduce(context.Background(), c, send, recvs[c.Rank()], comm.Sum)
+		})
+		for r, err := range errs {
+			require.NoError(t, err, "rank %d", r)
+		}
+		return recvs
+	}
+	stored := run()
+	require.Zero(t, streams.Load(), "below the bound: stored")
+	undo := star.SetStream(1<<20, 0)
+	streamed := run()
+	undo()
+	require.Equal(t, int64(1), streams.Load(), "over the bound: streamed")
+	for r := range comms {
+		assert.Equal(t, comm.ViewOf(stored[0]).Bytes, comm.ViewOf(streamed[r]).Bytes, "rank %d", r)
+	}
+	again := run()
+	assert.Equal(t, int64(1), streams.Load())
+	assert.Equal(t, comm.ViewOf(stored[0]).Bytes, comm.ViewOf(again[1]).Bytes)
+}
+
+// TestStreamedAllreduceOpMismatch: a streamed allreduce whose ranks disagree
+// on the operator fails every rank naming the odd one, as a stored one
+// does (the coordinator reads every payload to its end without reducing
+// it), and the mismatch does not leave the links mid-frame: the workers
+// get rank 0's Abort, not a cut connection.
+func TestStreamedAllreduceOpMismatch(t *testing.T) {
+	defer star.SetStream(1, 64)()
+	for _, tc := range []struct{ size, odd, blamed int }{{4, 2, 2}, {4, 0, 0}, {3, 1, 1}} {
+		t.Run(fmt.Sprintf("size=%d/odd=%d", tc.size, tc.odd), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				comms := inBubble(t, tc.size, withTimeout(time.Minute))
+				defer testkit.CloseAll(comms)
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					op := comm.Sum
+					if c.Rank() == tc.odd {
+						op = comm.Max
+					}
+					return comm.Allreduce(context.Background(), c, make([]float64, 100), make([]float64, 100), op)
+				})
+				for r, err := range errs {
+					collectiveFailed(t, err, tc.blamed)
+					assert.ErrorIs(t, err, star.ErrReduceOpMismatch, "rank %d", r)
+					assert.Contains(t, err.Error(), fmt.Sprintf("rank %d called allreduce with", tc.blamed), "rank %d", r)
+				}
+			})
+		})
+	}
+}
+
+// TestStreamedAllreduceLengthMismatch: a worker whose streamed allreduce is
+// longer or shorter than rank 0's is refused at its header, before any
+// payload is reduced, naming it, as a stored one is.
+func TestStreamedAllreduceLengthMismatch(t *testing.T) {
+	defer star.SetStream(1, 64)()
+	for _, odd := range []int{90, 110} {
+		t.Run(fmt.Sprintf("odd=%d", odd), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				comms := inBubble(t, 4, withTimeout(time.Minute))
+				defer testkit.CloseAll(comms)
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					n := 100
+					if c.Rank() == 2 {
+						n = odd
+					}
+					return comm.Allreduce(context.Background(), c, make([]float64, n), make([]float64, n), comm.Sum)
+				})
+				var bs *comm.InvalidBufferSizeError
+				require.ErrorAs(t, errs[0], &bs, "rank 0 sees the frame's length")
+				assert.Contains(t, errs[0].Error(), "frame from rank 2")
+				for r := 1; r < 4; r++ {
+					if r != 2 {
+						collectiveFailed(t, errs[r], 2)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestStreamedAllreduceLateLowRank: rank 1 computes before a streamed
+// allreduce while ranks 2 and 3 call it at once, over unbuffered pipes, on
+// the fake clock. Rank 0 reads rank 2's and 3's chunks only once it has
+// rank 1's (it reduces in rank order), so their writes wait on rank 1.
+// For 0.9 of the timeout every rank succeeds; for 1.5 every rank fails
+// naming rank 1, none naming rank 0 or itself.
+func TestStreamedAllreduceLateLowRank(t *testing.T) {
+	defer star.SetStream(1, 64)()
+	const timeout = 10 * time.Second
+	for _, tc := range []struct {
+		late time.Duration
+		ok   bool
+	}{{9 * timeout / 10, true}, {3 * timeout / 2, false}} {
+		t.Run(fmt.Sprintf("late=%v", tc.late), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				comms := inBubble(t, 4, withTimeout(timeout))
+				defer testkit.CloseAll(comms)
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					if c.Rank() == 1 {
+						time.Sleep(tc.late) // computing
+					}
+					return comm.Allreduce(context.Background(), c, make([]float64, 100), make([]float64, 100), comm.Sum)
+				})
+				for r, err := range errs {
+					if tc.ok {
+						assert.NoError(t, err, "rank %d", r)
+						continue
+					}
+					if r != 1 {
+						collectiveFailed(t, err, 1)
+					}
+				}
+			})
+		})
+	}
+}

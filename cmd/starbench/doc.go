@@ -95,6 +95,10 @@
 //	sddp-iteration    1 allgatherv of 2 MiB + 119 allgathervs of 200 KB       3
 //	                  + allreduce min (1 value) + allreduce sum (3 values)
 //
+// allreduce-64MiB (8,388,608 values, sum; 5 repeats) runs only when
+// --workloads names it: rank 0 streams it (at R >= 2 its ·n is over
+// 64 MiB), and the peak RSS that starbench prints shows what that costs.
+//
 // Three more run only when --workloads names them, and measure what
 // waiting costs: late-1ms (50 repeats), late-10ms (30) and late-1s (5), a
 // barrier that the last rank enters 1 ms, 10 ms or 1 s late (it sleeps

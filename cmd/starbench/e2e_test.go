@@ -15,7 +15,8 @@ import (
 
 // TestEndToEnd builds starbench and runs it as real OS processes over real
 // TCP: -n 2 with two workloads as JSON, then -n 1 (no socket) as a table,
-// then the raw relay and the shm backend at -n 3.
+// then a large (streamed) allreduce, the raw relay and the shm backend at
+// -n 3.
 func TestEndToEnd(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -86,6 +87,17 @@ func TestEndToEnd(t *testing.T) {
 		`workload +ranks +bytes/rank +repeats +median +algbw\n`+
 		`broadcast-10KB +1 +10 KiB +10 +\S+ \S+s +\S+ \S+/s\n`+
 		`# rank 0 \(coordinator\) peak RSS: \d+(\.\d)? \S+\n$`, stdout)
+
+	// A large allreduce, which rank 0 streams ((R-1)·n = 128 MiB), every
+	// element of every rank's result verified, in separate processes.
+	stdout, stderr = starbench("-n", "3", "--workloads", "allreduce-64MiB", "--repeats-scale", "0.2", "--json")
+	assert.Empty(t, stderr)
+	doc.Results = nil
+	require.NoError(t, json.Unmarshal([]byte(stdout), &doc), "stdout:\n%s", stdout)
+	require.Len(t, doc.Results, 1)
+	assert.Equal(t, "allreduce-64MiB", doc.Results[0].Workload)
+	assert.Equal(t, int64(64<<20), doc.Results[0].BytesPerRank)
+	assert.Equal(t, 1, doc.Results[0].Repeats)
 
 	// The raw relay runs every workload, verified as starcomm's are, at
 	// R = 3 (a broadcast root that is a worker, a worker that only reads).

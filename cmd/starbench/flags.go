@@ -66,7 +66,7 @@ func newFlagSet(v *flagValues) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.IntVar(&v.n, "n", 0, "start N ranks as child processes over TCP on 127.0.0.1 (at least 1); without -n, run as one rank configured by COBRE_* variables")
 	fs.StringVar(&v.backend, "backend", "tcp", "with -n: the ranks' backend, tcp (a coordinator on 127.0.0.1) or shm (a shared-memory segment); without -n the COBRE_* variables choose")
-	fs.StringVar(&v.workloads, "workloads", "", "comma-separated workloads to run (default: all the standard ones): "+strings.Join(workloadNames(), ",")+"; also late-1ms, late-10ms, late-1s (only when named)")
+	fs.StringVar(&v.workloads, "workloads", "", "comma-separated workloads to run (default: all the standard ones): "+strings.Join(workloadNames(), ",")+"; also allreduce-64MiB, late-1ms, late-10ms, late-1s (only when named)")
 	fs.Float64Var(&v.scale, "repeats-scale", 1, "multiply every workload's repetitions by F (> 0, at most 1000; at least 1 repetition runs)")
 	fs.BoolVar(&v.json, "json", false, "print one JSON document instead of the table")
 	fs.Float64Var(&v.timeout, "timeout", 0, "collective timeout in seconds ("+joblaunch.TimeoutRange+", decimals allowed), passed to the ranks as COBRE_TCP_TIMEOUT_SECS or COBRE_SHM_TIMEOUT_SECS (default: the library's 60 s)")

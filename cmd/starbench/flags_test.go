@@ -129,7 +129,7 @@ func TestHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, exitOK, run([]string{"-h"}, &stdout, &stderr))
 	assert.Empty(t, stderr.String())
-	for _, want := range append([]string{synopsis, "-backend", "-repeats-scale", "-workloads", "-json", "-timeout", "-profile", "-trace", "late-1ms", "late-10ms", "late-1s"}, workloadNames()...) {
+	for _, want := range append([]string{synopsis, "-backend", "-repeats-scale", "-workloads", "-json", "-timeout", "-profile", "-trace", "allreduce-64MiB", "late-1ms", "late-10ms", "late-1s"}, workloadNames()...) {
 		assert.Contains(t, stdout.String(), want)
 	}
 }

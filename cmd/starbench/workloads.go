@@ -17,6 +17,7 @@ const (
 	trialValues     = 262_144   // one rank's trial points: 2 MiB of float64
 	bigValues       = 2_097_152 // 16 MiB of float64
 	allreduceValues = 4         // 32 B of float64
+	bigReduceValues = 8_388_608 // 64 MiB of float64
 	broadcastBytes  = 10_240    // 10 KiB of uint8
 	cutsPerIter     = 119       // cut allgathervs in one SDDP iteration
 	upperBoundStats = 3         // values of the sddp-iteration sum: count, sum, sum of squares
@@ -125,6 +126,23 @@ func standardWorkloads() []workload {
 	}
 }
 
+// largeWorkloads are the workloads that measure a large allreduce's time
+// and rank 0's memory (its peak RSS, which starbench prints): at R = 4 its
+// ·n is 192 MiB, so rank 0 streams it (see star's reduce.go). They run
+// only when --workloads names them.
+func largeWorkloads() []workload {
+	return []workload{{
+		name:         "allreduce-64MiB",
+		about:        "allreduce sum of 8,388,608 float64 (64 MiB)",
+		repeats:      5,
+		bytesPerRank: bigReduceValues * float64Bytes,
+		algBytes:     func(int) int64 { return bigReduceValues * float64Bytes },
+		newCase: func(rank, size int) benchCase {
+			return newSumCase(rank, size, bigReduceValues, "recv")
+		},
+	}}
+}
+
 // lateWorkloads are the workloads that measure what waiting costs: a
 // barrier in which the last rank arrives late by 1 ms, 10 ms or 1 s (it
 // sleeps first), while every other rank waits in it. Their result
@@ -184,13 +202,13 @@ func allgathervWorkload(name string, values, repeats int) workload {
 }
 
 // selectWorkloads returns the workloads named in list (comma separated,
-// in that order: standard or late ones); an empty list selects every
+// in that order: standard, large or late ones); an empty list selects every
 // standard workload.
 func selectWorkloads(list string) ([]workload, error) {
 	if strings.TrimSpace(list) == "" {
 		return standardWorkloads(), nil
 	}
-	all := append(standardWorkloads(), lateWorkloads()...)
+	all := append(append(standardWorkloads(), largeWorkloads()...), lateWorkloads()...)
 	var names []string
 	for _, w := range all {
 		names = append(names, w.name)

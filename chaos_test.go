@@ -178,6 +178,10 @@ func (h *sessionCounter) Handle(_ context.Context, r slog.Record) error {
 func (h *sessionCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *sessionCounter) WithGroup(string) slog.Handler      { return h }
 
+// modeStreamed is the chaos mode of a loop of allreduces large enough for
+// rank 0 to stream them (see star's reduce.go).
+const modeStreamed = "allreduce-streamed"
+
 // errWrongResult is the cause when a collective returns data that is not
 // what every rank sent.
 var errWrongResult = errors.New("wrong result")
@@ -228,6 +232,25 @@ func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i in
 		}, nil
 	case comm.OpBarrier:
 		return func(ctx context.Context, _ int) error { return c.Barrier(ctx) }, nil
+	case modeStreamed:
+		// 24 MiB per rank: over 4 ranks ·n is 72 MiB, so rank 0
+		// streams the reduction (over 64 MiB).
+		n := 24 << 20 / 8
+		send, recv := make([]int64, n), make([]int64, n)
+		return func(ctx context.Context, i int) error {
+			for k := range send {
+				send[k] = int64(rank + i + k)
+			}
+			if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
+				return err
+			}
+			for k := range recv {
+				if want := int64(size*(i+k) + size*(size-1)/2); recv[k] != want {
+					return fmt.Errorf("%w: iteration %d, element %d is %d, want %d", errWrongResult, i, k, recv[k], want)
+				}
+			}
+			return nil
+		}, nil
 	}
 	return nil, fmt.Errorf("unknown %s %q", envChaosChild, mode)
 }
@@ -527,7 +550,8 @@ func assertSurvivorsExit(t *testing.T, ctx context.Context, procs []*chaosProc, 
 }
 
 // TestChaosKill crashes one rank with SIGKILL in the middle of a loop of
-// collectives, with the default-sized 60 s timeout: every survivor must fail
+// collectives (among them allreduces that rank 0 streams), with the
+// default-sized 60 s timeout: every survivor must fail
 // with CollectiveFailed naming the killed rank, within 5 s of the kill (the
 // closed sockets tell at once; the timeout must play no part), and exit.
 func TestChaosKill(t *testing.T) {
@@ -541,6 +565,11 @@ func TestChaosKill(t *testing.T) {
 	}{
 		{name: "victim=2/op=allgatherv", op: comm.OpAllgatherv, ready: 3, victim: 2},
 		{name: "victim=0/op=allreduce", op: comm.OpAllreduce, ready: 200, victim: 0},
+		// Most of each iteration is rank 0 streaming the workers' data:
+		// the kill lands there. The lowest worker holds up the others'
+		// reduction; the highest one's link may wait unread for it.
+		{name: "victim=1/op=allreduce-streamed", op: modeStreamed, ready: 3, victim: 1},
+		{name: "victim=3/op=allreduce-streamed", op: modeStreamed, ready: 3, victim: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := chaosWatchdog(t)

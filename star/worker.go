@@ -89,7 +89,11 @@ func (w *worker) stop() {
 func (w *worker) exchange(tag byte, extra, send []byte, want byte, parts ...[]byte) error {
 	if tag != 0 {
 		if err := w.up.sendFrame(tag, extra, send); err != nil {
-			return &linkError{peer: 0, err: err}
+			// Rank 0 may have failed the collective, told this rank on the
+			// control session, and gone while this frame was still going
+			// out (a streamed allreduce reads a worker's frame only as it
+			// reduces it): its reason, not the broken pipe, is the truth.
+			return &linkError{peer: 0, err: w.controlLastWords(err)}
 		}
 		w.c.hook(hookSent)
 	}
@@ -109,9 +113,10 @@ func (w *worker) exchange(tag byte, extra, send []byte, want byte, parts ...[]by
 
 // controlLastWords returns the coordinator's Abort in place of err when
 // the data link ended (closed or reset) and the control session carries an
-// Abort: a coordinator that cuts a frame short (see relay) sends its Abort
-// out of band before it ends the data link, but the two connections race
-// to this rank. It waits for that Abort at most lastWordsWait, and not at
+// Abort: a coordinator that cuts a frame short (see relay), or that fails
+// while this rank's frame is still going out, sends its Abort out of band
+// before it ends the data link, but the two connections race to this
+// rank. It waits for that Abort at most lastWordsWait, and not at
 // all once the control session has ended (a coordinator that crashed).
 func (w *worker) controlLastWords(err error) error {
 	ctl := w.up.ctl.Load()

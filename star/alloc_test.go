@@ -56,10 +56,11 @@ func TestSteadyStateAllocationsStreamed(t *testing.T) {
 		t.Skip("-short: skipping allocation count")
 	}
 	defer star.SetStream(1, 16)()
-	streams, restore := countStreams()
+	counts, restore := countStreams()
 	defer restore()
 	steadyStateAllocations(t, func(c *star.Config) { c.Liveness = time.Hour })
-	require.Greater(t, streams.Load(), int64(600), "the allreduces streamed")
+	require.Greater(t, counts.streams.Load(), int64(600), "the allreduces streamed")
+	require.Greater(t, counts.replies.Load(), int64(600), "their replies overlapping the reduction")
 }
 
 func steadyStateAllocations(t *testing.T, tweak func(*star.Config)) {

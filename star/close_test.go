@@ -134,14 +134,15 @@ func TestCloseAtEveryHandoff(t *testing.T) {
 }
 
 // TestCloseAtEveryHandoffStreamed is TestCloseAtEveryHandoff for an
-// allreduce streamed in 64-byte chunks (13 of them): Close at any hand-off
-// of the streaming reader goroutines, on any rank.
+// allreduce streamed in 64-byte chunks (13 of them), its replies
+// overlapping the reduction: Close at any hand-off of the streaming reader
+// and writer goroutines, on any rank.
 func TestCloseAtEveryHandoffStreamed(t *testing.T) {
 	defer star.SetStream(1, 64)()
 	ops := []closeOp{{"allreduce-streamed", func(ctx context.Context, c comm.Communicator) error {
 		return comm.Allreduce(ctx, c, make([]float64, 100), make([]float64, 100), comm.Sum)
 	}}}
-	cases := closeAtEveryHandoff(t, ops, map[string]string{"allreduce-streamed": star.HookStream})
+	cases := closeAtEveryHandoff(t, ops, map[string]string{"allreduce-streamed": star.HookReply})
 	t.Logf("%d cases: every hand-off of every rank", cases)
 }
 

@@ -58,6 +58,8 @@ type request struct {
 	tag   byte     // reqWrite: the frame's tag
 	parts [][]byte // reqWrite: its payload, in order; reqWriteStaged: the whole frame
 	n     int      // reqStreamRead: the payload's data bytes (after the op byte)
+	// reqStreamRead: the reply overlaps the reduction (see reduce.go).
+	overlap bool
 }
 
 type reqKind uint8
@@ -71,6 +73,7 @@ const (
 	reqRelayRead                  // read the rest of the relayed region (see relay)
 	reqRelayWrite                 // write the relayed AllgathervRecv frame (see relay)
 	reqStreamRead                 // read a streamed allreduce's payload (see reduce.go)
+	reqStreamWrite                // write a streamed allreduce's overlapped reply (see reduce.go)
 )
 
 // result is a link's answer to a request.
@@ -124,7 +127,7 @@ func (co *coordinator) serve(l *link) {
 		case reqRelayRead:
 			err = co.relayRead(l)
 		case reqStreamRead:
-			err = co.streamRead(l, req.n)
+			err = co.streamRead(l, req.n, req.overlap)
 		}
 		co.c.hook(hookServed)
 		co.results <- result{peer: l.peer, err: err}

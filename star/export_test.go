@@ -105,6 +105,10 @@ func SetScratchKeep(n int) (restore func()) {
 // a streamed allreduce.
 const HookStream = hookStream
 
+// HookReply is the hook point at which a streamed allreduce's replies
+// begin, overlapping the reduction.
+const HookReply = hookReply
+
 // SetStream sets the least ·n of a streamed allreduce and its chunk
 // size (0: the default), and returns a function that restores both. Not
 // for parallel tests.

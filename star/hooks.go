@@ -17,6 +17,7 @@ const (
 	hookEnd     = "end"     // the collective's I/O is over, before it settles or fails
 	hookRelay   = "relay"   // the coordinator begins a relayed allgatherv
 	hookStream  = "stream"  // the coordinator begins to reduce a streamed allreduce
+	hookReply   = "reply"   // a streamed allreduce's replies begin, overlapping the reduction
 	hookWords   = "words"   // a relay's writer whose worker is gone waits for the link's reader, then reads its last words
 	hookFailing = "failing" // a failure was recorded, before the Aborts go out
 	hookOOB     = "oob"     // the coordinator is about to send an Abort over a control session

@@ -80,27 +80,32 @@ func TestMatrixRealClock(t *testing.T) {
 }
 
 // TestMatrixStreamedAllreduce runs the allreduce cells of the failure
-// matrix with the allreduce streamed in 64-byte chunks (the matrix's
-// allreduce of 100 float64s then takes 13): every fault, on either side,
-// before, in the middle of and between collectives, is found and named as
-// it is when the allreduce is stored. A fault in the middle of a frame
-// strikes while rank 0 streams it (each such cell must stream); the others
-// are found at a header, before streaming begins, as stored.
+// matrix, with the control sessions off and on, with the allreduce
+// streamed in 64-byte chunks (the matrix's allreduce of 100 float64s then
+// takes 13): every fault, on either side, before, in the middle of and
+// between collectives, is found and named as it is when the allreduce is
+// stored. A fault in the middle of a frame strikes while rank 0 streams it
+// (each such cell must stream; with the control sessions on, its replies
+// overlapping the reduction); the others are found at a header, before
+// streaming begins, as stored.
 func TestMatrixStreamedAllreduce(t *testing.T) {
 	defer star.SetStream(1, 64)()
-	var streams atomic.Int64
+	var streams, replies atomic.Int64
 	defer star.SetTestHook(func(rank int, point string) {
-		if point == star.HookStream {
+		switch point {
+		case star.HookStream:
 			streams.Add(1)
+		case star.HookReply:
+			replies.Add(1)
 		}
 	})()
 	cells, mid := 0, 0
 	for _, cell := range testkit.MatrixCells() {
-		if cell.Op != testkit.OpAllreduce {
+		if cell.Op != testkit.OpAllreduce && cell.Op != testkit.OpAllreduceSessions {
 			continue
 		}
 		cells++
-		before := streams.Load()
+		before, repliesBefore := streams.Load(), replies.Load()
 		t.Run(cell.Name(), func(t *testing.T) {
 			testkit.RunMatrixCell(t, cell)
 			if cell.When == "mid" {
@@ -108,10 +113,13 @@ func TestMatrixStreamedAllreduce(t *testing.T) {
 				if streams.Load() == before {
 					t.Errorf("the coordinator did not stream the allreduce")
 				}
+				if cell.Op == testkit.OpAllreduceSessions && replies.Load() == repliesBefore {
+					t.Errorf("the replies did not overlap the reduction")
+				}
 			}
 		})
 	}
-	t.Logf("%d cells (%d in the middle of a frame), %d streamed allreduces", cells, mid, streams.Load())
+	t.Logf("%d cells (%d in the middle of a frame), %d streamed allreduces, %d with the replies overlapping", cells, mid, streams.Load(), replies.Load())
 	if mid == 0 {
 		t.Errorf("no cell strikes in the middle of a frame")
 	}

@@ -1,6 +1,10 @@
 package star
 
-import "github.com/starcomm/starcomm/comm"
+import (
+	"time"
+
+	"github.com/starcomm/starcomm/comm"
+)
 
 // The streamed allreduce: how the coordinator reduces a large allreduce
 // without holding every worker's contribution.
@@ -19,6 +23,16 @@ import "github.com/starcomm/starcomm/comm"
 // stored reduction's (the same operations on the same elements in the same
 // order), and rank 0 needs 2·(R-1) chunk buffers (at most streamBudget in
 // all, kept for the next streamed allreduce) instead of ·n.
+//
+// When every worker has a control session, the reply overlaps the
+// reduction too, as a relayed allgatherv's does (see relay.go): once every
+// op byte is checked, each worker link's relay writer sends the
+// AllreduceRecv frame, its header at once and each reduced chunk as soon
+// as the last rank's part of it is in, so that rank 0's outgoing link
+// works while its incoming ones do (over a network, an allreduce then
+// takes about ·n on rank 0's link instead of twice that). A failure
+// after the first reply bytes went out cuts those frames short, and the
+// Abort goes on the control sessions, as in the relay.
 //
 // The wire is unchanged. Every worker's header is read and checked before
 // any payload byte (a length mismatch fails as it does stored), and every
@@ -128,43 +142,74 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 	for _, l := range co.workers {
 		l.streamBufs(size)
 	}
+	overlap := co.allHaveControl()
+	rs := &co.rs
+	if overlap {
+		co.one[0] = recv.Bytes
+		rs.reset(co.one[:])
+		rs.publish(0, 0) // nothing reduced yet
+		defer rs.clear()
+		for _, l := range co.workers {
+			l.relayReading.Store(true)
+		}
+	}
 	co.c.hook(hookStream)
 	for _, l := range co.workers {
 		co.c.hook(hookHandoff)
-		l.reqs <- request{kind: reqStreamRead, n: n}
+		l.reqs <- request{kind: reqStreamRead, n: n, overlap: overlap}
 	}
 	pending := len(co.workers)
 	var first error
-	// next returns l's next chunk, or false once the collective failed.
-	next := func(l *link) ([]byte, bool) {
-		for {
-			select {
-			case b := <-l.sready:
-				return b, true
-			case res := <-co.results:
-				co.c.hook(hookResult)
-				pending--
-				if res.err == nil {
-					co.byRank[res.peer].arrive(seq) // its chunks wait in sready
-					continue
-				}
+	cut := false // a reader failed: no more chunks come
+	// take records a link's result (a reader's or a writer's).
+	take := func(res result) {
+		co.c.hook(hookResult)
+		pending--
+		l := co.byRank[res.peer]
+		switch {
+		case res.err == nil && res.write:
+			l.deliver(seq, time.Now())
+		case res.err == nil:
+			l.arrive(seq) // a reader: its last chunks wait in sready
+		default:
+			if first == nil {
 				first = &linkError{peer: res.peer, err: res.err}
+			}
+			// A writer's failure is its worker's alone (the others get
+			// their whole result, as in the relay); a reader's ends the
+			// reduction.
+			if !res.write && !cut {
+				cut = true
 				st.closed = true
 				close(st.stop)
+				if overlap {
+					rs.fail()
+				}
 				for _, o := range co.workers {
 					if o.peer != res.peer {
 						o.cancel(errCut)
 					}
 				}
-				return nil, false
 			}
 		}
+	}
+	// next returns l's next chunk, or false once a reader failed.
+	next := func(l *link) ([]byte, bool) {
+		for !cut {
+			select {
+			case b := <-l.sready:
+				return b, true
+			case res := <-co.results:
+				take(res)
+			}
+		}
+		return nil, false
 	}
 	copy(recv.Bytes, send.Bytes)
 	var mismatch error
 	held := co.todo[:0] // chunk 0 of every worker, until the op bytes are checked
 	firsts := co.firsts[:0]
-	for lo := 0; lo < n && first == nil; lo += size {
+	for lo := 0; lo < n && !cut; lo += size {
 		hi := min(n, lo+size)
 		if lo == 0 {
 			firsts = firsts[:0]
@@ -176,7 +221,7 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 				held = append(held, l)
 				firsts = append(firsts, b)
 			}
-			if first != nil {
+			if cut {
 				break
 			}
 			for _, l := range co.workers {
@@ -193,6 +238,16 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 			}
 			clear(firsts)
 			held = held[:0]
+			if overlap && mismatch == nil {
+				// Every op byte is checked: the replies may begin.
+				rs.publish(0, hi)
+				co.c.hook(hookReply)
+				for _, l := range co.workers {
+					co.c.hook(hookHandoff)
+					l.wreqs <- request{kind: reqStreamWrite}
+					pending++
+				}
+			}
 			continue
 		}
 		for _, l := range co.workers {
@@ -205,17 +260,13 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 			}
 			l.sfree <- b
 		}
+		if overlap && mismatch == nil && !cut {
+			rs.publish(0, hi)
+		}
 	}
 	co.todo, co.firsts = held[:0], firsts[:0]
 	for pending > 0 {
-		res := <-co.results
-		co.c.hook(hookResult)
-		pending--
-		if res.err == nil {
-			co.byRank[res.peer].arrive(seq)
-		} else if first == nil {
-			first = &linkError{peer: res.peer, err: res.err}
-		}
+		take(<-co.results)
 	}
 	if first != nil {
 		return first
@@ -223,16 +274,72 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 	if mismatch != nil {
 		return mismatch
 	}
+	if overlap {
+		return nil // every worker has its whole reply
+	}
 	co.one[0] = recv.Bytes
 	return co.scatter(TagAllreduceRecv, co.one[:], -1)
+}
+
+// allHaveControl reports whether every worker has a control session, which
+// carries the Abort when a failure cuts a reply frame short.
+func (co *coordinator) allHaveControl() bool {
+	for _, l := range co.workers {
+		if l.ctl.Load() == nil {
+			return false
+		}
+	}
+	return len(co.workers) > 0
+}
+
+// streamWrite sends worker l the AllreduceRecv frame of an overlapped
+// streamed allreduce: the header and each reduced chunk as soon as it is
+// complete (see relayState; region 0 is recv).
+func (co *coordinator) streamWrite(l *link) error {
+	rs := &co.rs
+	rs.mu.Lock()
+	p := rs.parts[0]
+	rs.mu.Unlock()
+	PutHeader(l.whdr[:], TagAllreduceRecv, len(p))
+	l.wdirty = true
+	l.wordsLater = false
+	var one [1][]byte
+	hdr := l.whdr[:HeaderSize]
+	for sent := 0; sent < len(p); {
+		have, ok := rs.wait(0, min(len(p), sent+relayStep))
+		if !ok {
+			return errCut
+		}
+		one[0] = p[sent:have]
+		var err error
+		if sent == 0 {
+			// The frame is over alignedStageMax: its header goes spliced
+			// apart, or it starts with a lead (see writeLong).
+			err = l.writeLong(hdr, one[:])
+		} else {
+			err = l.writeGathered(nil, one[:])
+		}
+		if err != nil {
+			return co.lastWordsAfterRead(l, err)
+		}
+		sent = have
+	}
+	l.wdirty = false
+	return nil
 }
 
 // streamRead is a streamed allreduce's reader of link l (its header has
 // been read and checked): it reads the op byte into co.opBytes, then the
 // n data bytes in chunks, each into a buffer taken from l.sfree and handed
-// to the reducer through l.sready.
-func (co *coordinator) streamRead(l *link, n int) error {
+// to the reducer through l.sready. With overlap, l's relay writer may be
+// writing meanwhile (l.relayReading is set; it clears it).
+func (co *coordinator) streamRead(l *link, n int, overlap bool) (err error) {
 	stop := co.st.stop
+	if overlap {
+		// The read side is free once this returns: a writer that failed
+		// meanwhile may then read the worker's last words.
+		defer func() { co.rs.doneReading(l, err == nil) }()
+	}
 	if err := l.readFull(co.opBytes[l.peer:l.peer+1], 0); err != nil {
 		return unexpectedEOF(err)
 	}

@@ -347,11 +347,17 @@ func (co *coordinator) lastWordsAfterRead(l *link, err error) error {
 	return err
 }
 
-// writeServe runs link l's relay writes until its channel closes.
+// writeServe runs link l's relay writes (and a streamed allreduce's
+// overlapped replies) until its channel closes.
 func (co *coordinator) writeServe(l *link) {
 	defer co.serving.Done()
-	for range l.wreqs {
-		err := co.relayWrite(l)
+	for req := range l.wreqs {
+		var err error
+		if req.kind == reqStreamWrite {
+			err = co.streamWrite(l)
+		} else {
+			err = co.relayWrite(l)
+		}
 		co.c.hook(hookServed)
 		co.results <- result{peer: l.peer, err: err, write: true}
 	}

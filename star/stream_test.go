@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -16,16 +17,29 @@ import (
 	"github.com/starcomm/starcomm/testkit"
 )
 
-// countStreams counts the streamed allreduces the coordinator begins, until
-// the returned restore runs.
-func countStreams() (*atomic.Int64, func()) {
-	var n atomic.Int64
+// streamCounts counts what the coordinator does in streamed allreduces,
+// from star's test hook.
+type streamCounts struct {
+	streams  atomic.Int64 // streamed allreduces begun
+	replies  atomic.Int64 // of them, with the reply overlapping the reduction
+	sessions atomic.Int64 // control sessions set up
+}
+
+// countStreams counts streamed allreduces, their overlapped replies and the
+// control sessions set up, until the returned restore runs.
+func countStreams() (*streamCounts, func()) {
+	n := &streamCounts{}
 	restore := star.SetTestHook(func(rank int, point string) {
-		if point == star.HookStream {
-			n.Add(1)
+		switch point {
+		case star.HookStream:
+			n.streams.Add(1)
+		case star.HookReply:
+			n.replies.Add(1)
+		case star.HookSessionSetUp:
+			n.sessions.Add(1)
 		}
 	})
-	return &n, restore
+	return n, restore
 }
 
 // streamValue is rank r's element i in TestStreamedAllreduce: for a float
@@ -79,33 +93,46 @@ func streamedCase[T comm.Elem](t *testing.T, comms []comm.Communicator, n int, o
 // it streams in, chunk by chunk (here 64-byte chunks, so that one of a few
 // hundred bytes takes many), and its result is the rank-order reduction's,
 // bit for bit, for every operator and element type, on every rank, with a
-// last chunk that is whole, short or the only one. No scratch is kept for
-// it. The float sum's values make the order matter: the test checks that
-// the reverse order would give another result.
+// last chunk that is whole, short or the only one; with the control
+// sessions on the replies overlap the reduction, without them they follow
+// it. No scratch is kept for it. The float sum's values make the order
+// matter: the test checks that the reverse order would give another
+// result.
 func TestStreamedAllreduce(t *testing.T) {
-	testkit.CheckGoroutines(t)
 	defer star.SetStream(1, 64)()
-	streams, restore := countStreams()
+	counts, restore := countStreams()
 	defer restore()
-	for _, size := range []int{2, 3, 5} {
-		t.Run(fmt.Sprintf("size=%d", size), func(t *testing.T) {
-			comms, err := testkit.StartStar(context.Background(), testkit.NewPipeNetwork(), size, func(c *star.Config) {
-				c.Timeout, c.Liveness = 10*time.Second, -1
+	for _, control := range []bool{false, true} {
+		for _, size := range []int{2, 3, 5} {
+			t.Run(fmt.Sprintf("control=%t/size=%d", control, size), func(t *testing.T) {
+				testkit.SyncTest(t, func(t *testing.T) {
+					comms := inBubble(t, size, func(c *star.Config) {
+						c.Timeout = 10 * time.Second
+						if !control {
+							c.Liveness = -1
+						}
+					})
+					defer testkit.CloseAll(comms)
+					synctest.Wait() // every control session up
+					streams, replies := counts.streams.Load(), counts.replies.Load()
+					ran := 0
+					for _, n := range []int{1, 7, 8, 9, 100, 1000} {
+						streamedCase(t, comms, n, comm.Sum, streamValue)
+						streamedCase(t, comms, n, comm.Min, func(r, i int) int32 { return int32((r*7919 + i*104729) % 1000003) })
+						streamedCase(t, comms, n, comm.Max, func(r, i int) float32 { return float32(math.Sin(float64(r*n + i))) })
+						streamedCase(t, comms, n, comm.BitwiseOr, func(r, i int) uint64 { return 1 << ((r + i) % 64) })
+						ran += 4
+					}
+					assert.Equal(t, int64(ran), counts.streams.Load()-streams, "every allreduce was streamed")
+					overlapped := int64(0)
+					if control {
+						overlapped = int64(ran)
+					}
+					assert.Equal(t, overlapped, counts.replies.Load()-replies, "replies overlapping the reduction")
+					assert.Zero(t, star.ScratchBytes(comms[0].(*star.Comm)), "no stored-reduction scratch")
+				})
 			})
-			require.NoError(t, err)
-			defer testkit.CloseAll(comms)
-			before := streams.Load()
-			ran := 0
-			for _, n := range []int{1, 7, 8, 9, 100, 1000} {
-				streamedCase(t, comms, n, comm.Sum, streamValue)
-				streamedCase(t, comms, n, comm.Min, func(r, i int) int32 { return int32((r*7919 + i*104729) % 1000003) })
-				streamedCase(t, comms, n, comm.Max, func(r, i int) float32 { return float32(math.Sin(float64(r*n + i))) })
-				streamedCase(t, comms, n, comm.BitwiseOr, func(r, i int) uint64 { return 1 << ((r + i) % 64) })
-				ran += 4
-			}
-			assert.Equal(t, int64(ran), streams.Load()-before, "every allreduce was streamed")
-			assert.Zero(t, star.ScratchBytes(comms[0].(*star.Comm)), "no stored-reduction scratch")
-		})
+		}
 	}
 	// The values make the order matter.
 	sends := make([][]float64, 5)
@@ -122,18 +149,20 @@ func TestStreamedAllreduce(t *testing.T) {
 }
 
 // TestStreamedAllreduceSameAsStored: over real TCP, an allreduce of 4 MiB
-// per rank over 4 ranks, streamed in the default chunks (1 MiB), gives the
-// same bytes as the stored reduction of the same data, and then the stored
-// one (below the bound again) runs as before on the same communicator.
+// per rank over 4 ranks, streamed in the default chunks (1 MiB) with the
+// replies overlapping the reduction, gives the same bytes as the stored
+// reduction of the same data, and then the stored one (below the bound
+// again) runs as before on the same communicator.
 func TestStreamedAllreduceSameAsStored(t *testing.T) {
 	testkit.CheckGoroutines(t)
-	streams, restore := countStreams()
+	counts, restore := countStreams()
 	defer restore()
 	comms, err := testkit.StartStar(context.Background(), testkit.NewTCPNetwork(), 4, func(c *star.Config) {
 		c.Timeout = 20 * time.Second
 	})
 	require.NoError(t, err)
 	defer testkit.CloseAll(comms)
+	require.Eventually(t, func() bool { return counts.sessions.Load() == 3 }, 10*time.Second, time.Millisecond, "the control sessions come up")
 	const n = 512 << 10 // float64: 4 MiB per rank
 	require.Equal(t, 1<<20, star.StreamChunkSize(3))
 	run := func() [][]float64 {
@@ -152,16 +181,17 @@ func TestStreamedAllreduceSameAsStored(t *testing.T) {
 		return recvs
 	}
 	stored := run()
-	require.Zero(t, streams.Load(), "below the bound: stored")
+	require.Zero(t, counts.streams.Load(), "below the bound: stored")
 	undo := star.SetStream(1<<20, 0)
 	streamed := run()
 	undo()
-	require.Equal(t, int64(1), streams.Load(), "over the bound: streamed")
+	require.Equal(t, int64(1), counts.streams.Load(), "over the bound: streamed")
+	require.Equal(t, int64(1), counts.replies.Load(), "the replies overlapping the reduction")
 	for r := range comms {
 		assert.Equal(t, comm.ViewOf(stored[0]).Bytes, comm.ViewOf(streamed[r]).Bytes, "rank %d", r)
 	}
 	again := run()
-	assert.Equal(t, int64(1), streams.Load())
+	assert.Equal(t, int64(1), counts.streams.Load())
 	assert.Equal(t, comm.ViewOf(stored[0]).Bytes, comm.ViewOf(again[1]).Bytes)
 }
 

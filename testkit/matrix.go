@@ -66,11 +66,16 @@ const (
 	// OpAllgathervRelayed).
 	OpAllgathervPolledRelay = "allgatherv-polled-relay"
 	OpAllreduce             = "allreduce"
-	OpBroadcastRoot0        = "broadcast-root0"
-	OpBroadcastWorker       = "broadcast-worker"
-	OpBarrier               = "barrier"
-	OpHandshake             = "handshake"
-	OpShutdown              = "shutdown"
+	// OpAllreduceSessions is OpAllreduce with the control sessions on (as
+	// for OpAllgathervRelayed): a coordinator that streams the reduction
+	// (see package star) then overlaps the replies with it, and a failure
+	// in the middle cuts the replies short, the Abort going out of band.
+	OpAllreduceSessions = "allreduce-sessions"
+	OpBroadcastRoot0    = "broadcast-root0"
+	OpBroadcastWorker   = "broadcast-worker"
+	OpBarrier           = "barrier"
+	OpHandshake         = "handshake"
+	OpShutdown          = "shutdown"
 )
 
 // Cell is one cell of the failure matrix.
@@ -104,7 +109,7 @@ func (c Cell) failing() int {
 // MatrixCells returns every cell of the matrix.
 func MatrixCells() []Cell {
 	var cells []Cell
-	ops := []string{OpAllgatherv, OpAllgathervRelayed, OpAllgathervPolledRelay, OpAllreduce, OpBroadcastRoot0, OpBroadcastWorker, OpBarrier}
+	ops := []string{OpAllgatherv, OpAllgathervRelayed, OpAllgathervPolledRelay, OpAllreduce, OpAllreduceSessions, OpBroadcastRoot0, OpBroadcastWorker, OpBarrier}
 	corrupt := []faulty.Kind{faulty.CorruptTag, faulty.LenTooLarge, faulty.LenTooSmall}
 	for _, op := range ops {
 		for _, side := range []string{"worker", "coordinator"} {
@@ -161,7 +166,7 @@ func payloadLen(op string) int {
 		return 8 * matrixRelayElems
 	case OpAllgathervPolledRelay:
 		return 8 * matrixPolledRelayElems
-	case OpAllreduce:
+	case OpAllreduce, OpAllreduceSessions:
 		return 8*matrixReduce + 1
 	}
 	return 0
@@ -266,7 +271,7 @@ const RealClockTimeout = 2 * time.Second
 func RunMatrixRealClock(t *testing.T, accept func(Cell) bool) (times map[faulty.Kind][]time.Duration, closes []time.Duration) {
 	times = map[faulty.Kind][]time.Duration{}
 	for _, cell := range MatrixCells() {
-		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Op == OpAllgathervRelayed || cell.Op == OpAllgathervPolledRelay || cell.Fault == faulty.Delay || cell.isTimeRow() || cell.isLiveRow() || cell.When == timeAfterIdle || (accept != nil && !accept(cell)) {
+		if cell.Op == OpHandshake || cell.Op == OpShutdown || cell.Op == OpAllgathervRelayed || cell.Op == OpAllgathervPolledRelay || cell.Op == OpAllreduceSessions || cell.Fault == faulty.Delay || cell.isTimeRow() || cell.isLiveRow() || cell.When == timeAfterIdle || (accept != nil && !accept(cell)) {
 			continue
 		}
 		t.Run(cell.Name(), func(t *testing.T) {
@@ -316,14 +321,20 @@ func startFaultyWith(t *testing.T, s *faulty.Script, timeout time.Duration) ([]c
 	return startFaultyOp(t, s, timeout, "")
 }
 
+// sessionsOn reports whether op's cells run with the control sessions on.
+func sessionsOn(op string) bool {
+	return op == OpAllgathervRelayed || op == OpAllgathervPolledRelay || op == OpAllreduceSessions
+}
+
 // startFaultyOp starts the ranks for a cell of op: the control sessions
-// are off, except for the relayed allgatherv, which needs them.
+// are off, except for the relayed allgatherv, which needs them, and
+// OpAllreduceSessions.
 func startFaultyOp(t *testing.T, s *faulty.Script, timeout time.Duration, op string) ([]comm.Communicator, error) {
 	return StartStar(context.Background(), NewPipeNetwork(), MatrixRanks, func(cfg *star.Config) {
 		cfg.Timeout = timeout
 		cfg.ShutdownTimeout = matrixShutdown
 		cfg.Liveness = -1 // the spec's wire alone: the liveness rows have their own cells
-		if op == OpAllgathervRelayed || op == OpAllgathervPolledRelay {
+		if sessionsOn(op) {
 			cfg.Liveness = 10 * timeout
 		}
 		if cfg.Listener != nil {
@@ -374,7 +385,7 @@ func newOpRun(op string, rank int) *opRun {
 			}
 			return nil
 		}
-	case OpAllreduce:
+	case OpAllreduce, OpAllreduceSessions:
 		o.send = make([]float64, matrixReduce)
 		for i := range o.send {
 			o.send[i] = val(rank, i)
@@ -456,7 +467,7 @@ func runOpCell(t *testing.T, cell Cell, p matrixParams) {
 			t.Fatalf("warm-up barrier on rank %d: %v", r, err)
 		}
 	}
-	if cell.Op == OpAllgathervRelayed || cell.Op == OpAllgathervPolledRelay {
+	if sessionsOn(cell.Op) {
 		// The control sessions open in the background after start-up;
 		// on the fake clock they are up once every goroutine is blocked.
 		synctest.Wait()

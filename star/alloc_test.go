@@ -38,7 +38,7 @@ func TestSteadyStateAllocations(t *testing.T) {
 	for _, live := range []time.Duration{-1, time.Hour} {
 		t.Run(fmt.Sprintf("liveness=%v", live), func(t *testing.T) {
 			before := relays.Load()
-			steadyStateAllocations(t, func(c *star.Config) { c.Liveness = live })
+			steadyStateAllocations(t, 0.1, func(c *star.Config) { c.Liveness = live })
 			if live > 0 {
 				require.Greater(t, relays.Load(), before+600, "large allgathervs relayed")
 			} else {
@@ -50,7 +50,11 @@ func TestSteadyStateAllocations(t *testing.T) {
 
 // TestSteadyStateAllocationsStreamed is TestSteadyStateAllocations with
 // its allreduce streamed (in 16-byte chunks, so 2 per allreduce): the
-// streamed reduction's hand-offs allocate nothing either.
+// streamed reduction's hand-offs allocate nothing; rank 0's word on each
+// control session that it is here (msgHere) does: a goroutine, smux's
+// frame, the worker's message. That is at most 30 allocations per worker
+// per streamed allreduce (which moves at least 64 MiB in use), here at most
+// 18 per collective of the round's five.
 func TestSteadyStateAllocationsStreamed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping allocation count")
@@ -58,12 +62,14 @@ func TestSteadyStateAllocationsStreamed(t *testing.T) {
 	defer star.SetStream(1, 16)()
 	counts, restore := countStreams()
 	defer restore()
-	steadyStateAllocations(t, func(c *star.Config) { c.Liveness = time.Hour })
+	steadyStateAllocations(t, 18, func(c *star.Config) { c.Liveness = time.Hour })
 	require.Greater(t, counts.streams.Load(), int64(600), "the allreduces streamed")
 	require.Greater(t, counts.replies.Load(), int64(600), "their replies overlapping the reduction")
 }
 
-func steadyStateAllocations(t *testing.T, tweak func(*star.Config)) {
+// steadyStateAllocations runs the rounds and requires fewer than limit
+// allocations per collective, all ranks together.
+func steadyStateAllocations(t *testing.T, limit float64, tweak func(*star.Config)) {
 	const ranks = 4
 	comms, err := testkit.StartStar(context.Background(), testkit.NewTCPNetwork(), ranks, tweak)
 	require.NoError(t, err)
@@ -129,5 +135,5 @@ func steadyStateAllocations(t *testing.T, tweak func(*star.Config)) {
 	// One allocation in one of a round's five collectives shows 0.2; what
 	// is left is the runtime's own (sudog caches refilling under select),
 	// about 0.03.
-	require.Less(t, extra, 0.1, "allocations per collective (all ranks together)")
+	require.Less(t, extra, limit, "allocations per collective (all ranks together)")
 }

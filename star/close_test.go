@@ -76,7 +76,7 @@ type handoffRecorder struct {
 
 func (h *handoffRecorder) hook(rank int, point string) {
 	switch point {
-	case star.HookRegistered, "closing", star.HookBeat, star.HookHeartbeat, star.HookAllSilent, star.HookSessionSetUp:
+	case star.HookRegistered, "closing", star.HookBeat, star.HookHeartbeat, star.HookAllSilent, star.HookSessionSetUp, star.HookHere:
 		return // not a collective's points (the control session's run on their own)
 	}
 	if rank != h.rank {
@@ -135,10 +135,12 @@ func TestCloseAtEveryHandoff(t *testing.T) {
 
 // TestCloseAtEveryHandoffStreamed is TestCloseAtEveryHandoff for an
 // allreduce streamed in 64-byte chunks (13 of them), its replies
-// overlapping the reduction: Close at any hand-off of the streaming reader
-// and writer goroutines, on any rank.
+// overlapping the reduction, each worker writing its frame while it reads
+// the reply: Close at any hand-off of the streaming reader and writer
+// goroutines and of the workers' senders, on any rank.
 func TestCloseAtEveryHandoffStreamed(t *testing.T) {
 	defer star.SetStream(1, 64)()
+	defer star.SetDuplexMin(1)()
 	ops := []closeOp{{"allreduce-streamed", func(ctx context.Context, c comm.Communicator) error {
 		return comm.Allreduce(ctx, c, make([]float64, 100), make([]float64, 100), comm.Sum)
 	}}}

@@ -58,6 +58,15 @@ const (
 	// Comm.peerFailed). Its data link's Abort says the same, but rank 0
 	// reads that link only for the worker's next frame.
 	msgFailed byte = 4
+	// msgHere, coordinator to worker: a collective's sequence number (u64
+	// BE), then how long ago the coordinator began it (nanoseconds, u64
+	// BE): sent once its wait for every worker's header has lasted
+	// hereAfter. Sent for a streamed allreduce,
+	// whose worker frames the coordinator takes only as the lower ranks'
+	// data comes, and a relayed allgatherv, whose worker frames it takes
+	// once every header is in (see link.hereExtend). Workers that do not
+	// know it skip it.
+	msgHere byte = 5
 )
 
 // maxCalls bounds the fingerprints a coordinator keeps unread per worker
@@ -582,6 +591,15 @@ func (ctl *control) readMessages() {
 			ctl.c.interruptAfter(binary.BigEndian.Uint64(body), parseAbort(0, body[8:]))
 		case kind == msgAbort:
 			ctl.c.interrupt(parseAbort(0, body))
+		case kind == msgHere && len(body) >= 8:
+			var ago time.Duration
+			if len(body) >= 16 {
+				ago = time.Duration(min(binary.BigEndian.Uint64(body[8:]), 1<<62))
+			}
+			if w, ok := ctl.c.role.(*worker); ok {
+				w.up.hereExtend(binary.BigEndian.Uint64(body), time.Now().Add(-ago))
+			}
+			return
 		default:
 			return
 		}
@@ -660,6 +678,12 @@ func (ctl *control) send(kind byte, body []byte, until time.Time) error {
 	ctl.wbuf = append(append(ctl.wbuf, kind), body...)
 	_ = ctl.msgs.SetWriteDeadline(until)
 	_, err := ctl.msgs.Write(ctl.wbuf)
+	if err != nil {
+		// A Write that gave up (its deadline passed) may have left the
+		// frame queued, smux's sender still to copy it from wbuf: the
+		// next message gets a buffer of its own.
+		ctl.wbuf = nil
+	}
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starcomm/starcomm/comm"
@@ -49,7 +50,13 @@ type coordinator struct {
 	fps     [][]byte // every rank's, by rank
 	rs      relayState
 	st      streamState // a streamed allreduce (see reduce.go)
-	firsts  [][]byte    // a streamed allreduce: chunk 0 of every worker
+	// The wait for every worker's header of a streamed allreduce or a
+	// relayed allgatherv (see expectHeaders): its collective, its start
+	// (Unix nanoseconds) and the timer that tells the workers.
+	hereSeq   atomic.Uint64
+	hereStart atomic.Int64
+	hereTimer *time.Timer
+	firsts    [][]byte // a streamed allreduce: chunk 0 of every worker
 }
 
 // request is one link's part of a collective.
@@ -58,8 +65,6 @@ type request struct {
 	tag   byte     // reqWrite: the frame's tag
 	parts [][]byte // reqWrite: its payload, in order; reqWriteStaged: the whole frame
 	n     int      // reqStreamRead: the payload's data bytes (after the op byte)
-	// reqStreamRead: the reply overlaps the reduction (see reduce.go).
-	overlap bool
 }
 
 type reqKind uint8
@@ -127,7 +132,7 @@ func (co *coordinator) serve(l *link) {
 		case reqRelayRead:
 			err = co.relayRead(l)
 		case reqStreamRead:
-			err = co.streamRead(l, req.n, req.overlap)
+			err = co.streamRead(l, req.n)
 		}
 		co.c.hook(hookServed)
 		co.results <- result{peer: l.peer, err: err}
@@ -389,7 +394,7 @@ func (co *coordinator) allgatherv(send []byte, parts [][]byte) error {
 
 func (co *coordinator) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 	n := len(send.Bytes)
-	if co.streams(n) {
+	if co.streams(n) && co.allHaveControl() {
 		return co.allreduceStreamed(send, recv, op)
 	}
 	in := co.scratchBytes(len(co.workers) * n)

@@ -109,6 +109,22 @@ const HookStream = hookStream
 // begin, overlapping the reduction.
 const HookReply = hookReply
 
+// HookHere is the hook point at which a worker moved its deadlines on
+// rank 0's word that it is here (on the control session's reader).
+const HookHere = hookHere
+
+// HookDuplex is the hook point at which a worker begins to write its frame
+// while it reads the reply.
+const HookDuplex = hookDuplex
+
+// SetDuplexMin sets the least frame a worker writes while it reads the
+// reply, and returns a function that restores it. Not for parallel tests.
+func SetDuplexMin(n int) (restore func()) {
+	old := duplexMin
+	duplexMin = n
+	return func() { duplexMin = old }
+}
+
 // SetStream sets the least ·n of a streamed allreduce and its chunk
 // size (0: the default), and returns a function that restores both. Not
 // for parallel tests.

@@ -119,6 +119,16 @@ type link struct {
 	// the whole region (set with relayReading's clearing, under the relay
 	// state's lock).
 	relayRegionIn bool
+	// writing is set while a worker's duplex exchange writes its frame
+	// (see worker.exchangeDuplex), and wroteEnd is when it ended (Unix
+	// nanoseconds; 0 before): a read deadline that passes meanwhile, or
+	// less than a timeout after, is not a failure (see readsOn).
+	writing  atomic.Bool
+	wroteEnd atomic.Int64
+	// streamed is set while a worker runs an allreduce that rank 0
+	// streams or an allgatherv that it may relay (see worker.allreduce,
+	// worker.allgatherv and hereExtend).
+	streamed atomic.Bool
 	// sfree and sready pass the link's two chunk buffers (sbuf) between
 	// its goroutine and the reducer of a streamed allreduce (see
 	// reduce.go): free to fill, and filled.
@@ -192,7 +202,9 @@ func (l *link) cancel(err error) {
 // socket's deadlines are then unknown and the next I/O sets them.
 func (l *link) resume() {
 	l.cause.Store(nil)
+	l.dmu.Lock() // hereExtend reads them from the control session's reader
 	l.rdl, l.wdl = time.Time{}, time.Time{}
+	l.dmu.Unlock()
 }
 
 // arm makes sure the next I/O call in one direction fails if it makes no
@@ -299,7 +311,37 @@ func (l *link) ioErr(err error, write bool) error {
 // that cannot tell what waits unread (see transport.UnreadCounter) never
 // reads on.
 func (l *link) late(err error) bool {
+	if l.readsOn(err) {
+		return true
+	}
 	return l.ur != nil && l.lateAt(err, &l.rdl, func() bool { n, err := l.ur.Unread(); return err == nil && n > 0 })
+}
+
+// readsOn is late for a read deadline of the link's own that passed while
+// the link's own frame was still going out, or less than a timeout after
+// it went (a worker's duplex exchange): the reply is read on, from a fresh
+// deadline, as it would only be read from the frame's end on (so it fails
+// between one and two timeouts after the frame's end, where read after
+// the frame it fails one timeout after it). A cancel, the system's own
+// timeout, or a deadline error before the deadline the link set (not its
+// own) still fail it.
+func (l *link) readsOn(err error) bool {
+	if !l.writing.Load() {
+		end := l.wroteEnd.Load()
+		if end == 0 || time.Since(time.Unix(0, end)) >= l.timeout {
+			return false
+		}
+	}
+	if !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) {
+		return false
+	}
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.cancelled() != nil || l.rdl.IsZero() || time.Now().Before(l.rdl) {
+		return false
+	}
+	l.rdl = time.Time{}
+	return true
 }
 
 // lateWrite is late for a failed write: a deadline that this process saw
@@ -311,6 +353,38 @@ func (l *link) late(err error) bool {
 // is otherwise failed as before.
 func (l *link) lateWrite(err error) bool {
 	return l.uc != nil && l.lateAt(err, &l.wdl, func() bool { n, err := l.uc.Unsent(); return err == nil && n == 0 })
+}
+
+// hereExtend moves the link's pending deadlines on to a timeout (this
+// link's, with the reply margin) after at, when rank 0 said at that time
+// (msgHere, on the control session) that it began collective seq, the
+// streamed allreduce or relayed allgatherv this worker runs (see
+// streamed): rank 0 takes the worker's frame only once every header is in
+// (and a streamed allreduce's only as the lower ranks' data comes), and
+// it fails the collective itself, naming the late rank, if a rank does
+// not come within a timeout of its arrival. So the worker waits a timeout
+// from rank 0's arrival, as a stored collective's worker waits a timeout
+// from when rank 0 takes its frame. Only the conn's deadlines move: the
+// next I/O after progress arms afresh, as ever, and a deadline that
+// passes without progress fails as any. It runs on the control session's
+// reader.
+func (l *link) hereExtend(seq uint64, at time.Time) {
+	if !l.streamed.Load() || l.owner == nil || l.owner.seqNow.Load() != seq {
+		return
+	}
+	want := at.Add(l.timeout + deadlineSlack(l.timeout))
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.cancelled() != nil || !l.until.IsZero() {
+		return
+	}
+	if !l.rdl.IsZero() && l.rdl.Before(want) {
+		_ = l.conn.SetReadDeadline(want)
+	}
+	if !l.wdl.IsZero() && l.wdl.Before(want) {
+		_ = l.conn.SetWriteDeadline(want)
+	}
+	callHook(l.peer, hookHere)
 }
 
 // lateAt is late and lateWrite for the deadline *dl (l.rdl or l.wdl) and

@@ -1,6 +1,7 @@
 package star
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/starcomm/starcomm/comm"
@@ -14,25 +15,32 @@ import (
 // same on every run. Stored, that takes ·n bytes of scratch on rank 0
 // for an allreduce of n bytes: every worker's whole contribution, read
 // concurrently, then reduced. An allreduce whose ·n exceeds
-// streamMin is instead reduced as it streams in: every worker link's
-// goroutine reads its worker's payload in chunks (streamChunkSize bytes,
-// element-aligned), into one of two chunk buffers of its own, and hands
-// each filled chunk to the collective's goroutine, which takes chunk k of
-// rank 1, 2, ..., R-1 in that order and reduces each into recv before it
-// gives the buffer back. The result is the same, bit for bit, as the
-// stored reduction's (the same operations on the same elements in the same
-// order), and rank 0 needs 2·(R-1) chunk buffers (at most streamBudget in
-// all, kept for the next streamed allreduce) instead of ·n.
+// streamMin, of at least two chunks per rank, is instead reduced as it
+// streams in when every worker has a control session (see below why):
+// every worker link's goroutine reads its worker's payload in chunks
+// (streamChunkSize bytes, element-aligned), into one of two chunk buffers
+// of its own, and hands each filled chunk to the collective's goroutine,
+// which takes chunk k of rank 1, 2, ..., R-1 in that order and reduces
+// each into recv before it gives the buffer back. The result is the same,
+// bit for bit, as the stored reduction's (the same operations on the same
+// elements in the same order), and rank 0 needs 2·(R-1) chunk buffers
+// instead of ·n: at most streamBudget in all, kept for the next
+// streamed allreduce, up to 257 ranks; beyond, chunks of streamChunkMin,
+// let go after each. (With fewer than two chunks per rank the buffers
+// would take as much as the stored scratch.) On a failure, rank 0's recv
+// holds what was reduced so far (the stored reduction leaves it as it was
+// when the failure comes while reading).
 //
-// When every worker has a control session, the reply overlaps the
-// reduction too, as a relayed allgatherv's does (see relay.go): once every
-// op byte is checked, each worker link's relay writer sends the
-// AllreduceRecv frame, its header at once and each reduced chunk as soon
-// as the last rank's part of it is in, so that rank 0's outgoing link
-// works while its incoming ones do (over a network, an allreduce then
-// takes about ·n on rank 0's link instead of twice that). A failure
-// after the first reply bytes went out cuts those frames short, and the
-// Abort goes on the control sessions, as in the relay.
+// The reply overlaps the reduction, as a relayed allgatherv's does (see
+// relay.go): once every op byte is checked, each worker link's relay
+// writer sends the AllreduceRecv frame, its header at once and each
+// reduced chunk as soon as the last rank's part of it is in, so that rank
+// 0's outgoing link works while its incoming ones do; and a worker whose
+// frame is large writes it while it reads the reply (see
+// worker.exchangeDuplex). Over a network an allreduce then takes about
+// ·n on rank 0's link instead of twice that. A failure after the
+// first reply bytes went out cuts those frames short, and the Abort goes
+// on the control sessions, as in the relay.
 //
 // The wire is unchanged. Every worker's header is read and checked before
 // any payload byte (a length mismatch fails as it does stored), and every
@@ -42,13 +50,22 @@ import (
 //
 // What streaming changes is when rank 0 reads: a link whose two buffers
 // wait for the reducer is not read until the reducer gets to them, which
-// it does in rank order. So a worker's write can wait for a slower lower
-// rank's data (its progress stays under the timeout rule like any wait),
-// and a worker that crashes while its link waits so is found when the
-// reducer gets to it, or by its control session (liveness, and the loss
-// of the session's connection), whichever comes first, not at once.
-// Workers that are all there and all send keep every link moving: each
-// link is read while the reducer works on the others.
+// it does in rank order. So a worker's frame, and its reply, wait for rank
+// 0's arrival and then for the lower ranks' data, where stored they wait
+// for rank 0's arrival only (rank 0 then takes every frame at once). For
+// that wait rank 0 tells every worker on its control session that it is
+// here (msgHere) when every worker's header has not come within
+// hereAfter of its own arrival, and a worker moves its pending deadlines
+// on to a timeout after rank 0's arrival (see link.hereExtend): as stored, a
+// worker waits a timeout from rank 0's arrival, and rank 0 names a lower
+// rank that does not come within a timeout of its own arrival. That word is why streaming needs every control
+// session; without one, rank 0 stores. A worker that crashes while its
+// link waits so is found when the reducer gets to it, or by its control
+// session (liveness, and the loss of the session's connection),
+// whichever comes first, not at once. Workers that are all there and all
+// send keep every link moving: each link is read while the reducer works
+// on the others. A frame's header counts as its arrival (stall reports and
+// timeouts name the ranks whose frames have not begun).
 
 // streamMin is the least ·n, in bytes, of an allreduce of n bytes
 // per rank that the coordinator reduces as it streams in (see above).
@@ -80,9 +97,18 @@ func streamChunkSize(workers int) int {
 }
 
 // streams reports whether an allreduce of n bytes per rank is streamed.
-func (co *coordinator) streams(n int) bool {
-	w := len(co.workers)
-	return w > 0 && n > streamMin/w
+func (co *coordinator) streams(n int) bool { return streams(len(co.workers), n) }
+
+// streams reports whether the coordinator streams an allreduce of n bytes
+// per rank with the given number of workers: its ·n exceeds
+// streamMin, and n two chunks (below that, the chunk buffers would take
+// as much as the stored scratch).
+func streams(workers, n int) bool {
+	if workers == 0 || n <= streamMin/workers {
+		return false
+	}
+	// (Tests that fix the chunk stream the smallest allreduces too.)
+	return streamChunkFixed > 0 || n > 2*streamChunkSize(workers)
 }
 
 // streamState is the part of a streamed allreduce that its readers share.
@@ -118,6 +144,22 @@ func (l *link) streamBufs(size int) {
 	}
 }
 
+// dropStreamBufs lets l's chunk buffers go. Only the collective's
+// goroutine calls it, while no reader runs.
+func (l *link) dropStreamBufs() {
+	for {
+		select {
+		case <-l.sfree:
+			continue
+		case <-l.sready:
+			continue
+		default:
+		}
+		break
+	}
+	l.sbuf = [2][]byte{}
+}
+
 // allreduceStreamed runs an allreduce as described above.
 func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp) error {
 	n := len(send.Bytes)
@@ -127,12 +169,20 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 		r := l.peer
 		l.beginRead(TagAllreduceSend, [][]byte{co.opBytes[r : r+1], recv.Bytes})
 	}
+	co.expectHeaders(seq)
 	err := co.fan(co.workers, request{kind: reqHeader}, true)
+	co.doneHeaders()
 	for _, l := range co.workers {
 		l.endRead()
 	}
 	if err != nil {
 		return err
+	}
+	// Every frame has arrived (what is left of it waits for the lower
+	// ranks' data, not for its sender): stall reports and timeouts name
+	// only the ranks still to come.
+	for _, l := range co.workers {
+		l.arrive(seq)
 	}
 	st := &co.st
 	if st.stop == nil || st.closed {
@@ -142,21 +192,27 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 	for _, l := range co.workers {
 		l.streamBufs(size)
 	}
-	overlap := co.allHaveControl()
+	if 2*len(co.workers)*size > streamBudget {
+		// Beyond 257 ranks the chunks (at least streamChunkMin) take
+		// more than the budget: they are not kept.
+		defer func() {
+			for _, l := range co.workers {
+				l.dropStreamBufs()
+			}
+		}()
+	}
 	rs := &co.rs
-	if overlap {
-		co.one[0] = recv.Bytes
-		rs.reset(co.one[:])
-		rs.publish(0, 0) // nothing reduced yet
-		defer rs.clear()
-		for _, l := range co.workers {
-			l.relayReading.Store(true)
-		}
+	co.one[0] = recv.Bytes
+	rs.reset(co.one[:])
+	rs.publish(0, 0) // nothing reduced yet
+	defer rs.clear()
+	for _, l := range co.workers {
+		l.relayReading.Store(true)
 	}
 	co.c.hook(hookStream)
 	for _, l := range co.workers {
 		co.c.hook(hookHandoff)
-		l.reqs <- request{kind: reqStreamRead, n: n, overlap: overlap}
+		l.reqs <- request{kind: reqStreamRead, n: n}
 	}
 	pending := len(co.workers)
 	var first error
@@ -182,9 +238,7 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 				cut = true
 				st.closed = true
 				close(st.stop)
-				if overlap {
-					rs.fail()
-				}
+				rs.fail()
 				for _, o := range co.workers {
 					if o.peer != res.peer {
 						o.cancel(errCut)
@@ -238,7 +292,7 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 			}
 			clear(firsts)
 			held = held[:0]
-			if overlap && mismatch == nil {
+			if mismatch == nil {
 				// Every op byte is checked: the replies may begin.
 				rs.publish(0, hi)
 				co.c.hook(hookReply)
@@ -260,7 +314,7 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 			}
 			l.sfree <- b
 		}
-		if overlap && mismatch == nil && !cut {
+		if mismatch == nil && !cut {
 			rs.publish(0, hi)
 		}
 	}
@@ -274,15 +328,51 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 	if mismatch != nil {
 		return mismatch
 	}
-	if overlap {
-		return nil // every worker has its whole reply
+	return nil // every worker has its whole reply
+}
+
+// hereAfter is how long the coordinator waits for every worker's header
+// of a streamed allreduce or relayed allgatherv before it tells the
+// workers that it is here (msgHere; see link.hereExtend): a wait that
+// short costs no worker its timeout, and collectives whose ranks come
+// together send nothing.
+func hereAfter(timeout time.Duration) time.Duration { return min(timeout/10, 100*time.Millisecond) }
+
+// expectHeaders starts the wait for every worker's header of collective
+// seq: if it lasts hereAfter, the workers are told (see sayHere).
+// doneHeaders ends it. The timer is made once and reused.
+func (co *coordinator) expectHeaders(seq uint64) {
+	co.hereSeq.Store(seq)
+	co.hereStart.Store(time.Now().UnixNano())
+	if co.hereTimer == nil {
+		co.hereTimer = time.AfterFunc(hereAfter(co.c.cfg.Timeout), co.sayHere)
+		return
 	}
-	co.one[0] = recv.Bytes
-	return co.scatter(TagAllreduceRecv, co.one[:], -1)
+	co.hereTimer.Reset(hereAfter(co.c.cfg.Timeout))
+}
+
+// doneHeaders ends the wait that expectHeaders started.
+func (co *coordinator) doneHeaders() { co.hereTimer.Stop() }
+
+// sayHere tells every worker on its control session that this rank has
+// begun the collective whose headers it waits for, and how long ago (see
+// link.hereExtend). It runs on its timer's goroutine; each send is bounded
+// by the timeout.
+func (co *coordinator) sayHere() {
+	var body [16]byte
+	binary.BigEndian.PutUint64(body[:8], co.hereSeq.Load())
+	binary.BigEndian.PutUint64(body[8:], uint64(time.Since(time.Unix(0, co.hereStart.Load()))))
+	until := time.Now().Add(co.c.cfg.Timeout)
+	for _, l := range co.workers {
+		if ctl := l.ctl.Load(); ctl != nil {
+			ctl.goUnlessStopped(func() { _ = ctl.send(msgHere, body[:], until) })
+		}
+	}
 }
 
 // allHaveControl reports whether every worker has a control session, which
-// carries the Abort when a failure cuts a reply frame short.
+// carries the Abort when a failure cuts a reply frame short, and rank 0's
+// word that it is here (see sayHere).
 func (co *coordinator) allHaveControl() bool {
 	for _, l := range co.workers {
 		if l.ctl.Load() == nil {
@@ -331,15 +421,13 @@ func (co *coordinator) streamWrite(l *link) error {
 // streamRead is a streamed allreduce's reader of link l (its header has
 // been read and checked): it reads the op byte into co.opBytes, then the
 // n data bytes in chunks, each into a buffer taken from l.sfree and handed
-// to the reducer through l.sready. With overlap, l's relay writer may be
-// writing meanwhile (l.relayReading is set; it clears it).
-func (co *coordinator) streamRead(l *link, n int, overlap bool) (err error) {
+// to the reducer through l.sready. l's relay writer may be writing
+// meanwhile (l.relayReading is set; it clears it).
+func (co *coordinator) streamRead(l *link, n int) (err error) {
 	stop := co.st.stop
-	if overlap {
-		// The read side is free once this returns: a writer that failed
-		// meanwhile may then read the worker's last words.
-		defer func() { co.rs.doneReading(l, err == nil) }()
-	}
+	// The read side is free once this returns: a writer that failed
+	// meanwhile may then read the worker's last words.
+	defer func() { co.rs.doneReading(l, err == nil) }()
 	if err := l.readFull(co.opBytes[l.peer:l.peer+1], 0); err != nil {
 		return unexpectedEOF(err)
 	}

@@ -186,7 +186,12 @@ func (co *coordinator) relay(parts [][]byte) error {
 	co.c.hook(hookRelay)
 	// Every header first, checked: until then nothing is written, and a
 	// mismatch fails like any other.
-	if err := co.fan(readers, request{kind: reqHeader}, true); err != nil {
+	// A worker's region waits for every rank's header: a wait that lasts
+	// is told to the workers (see expectHeaders).
+	co.expectHeaders(seq)
+	err := co.fan(readers, request{kind: reqHeader}, true)
+	co.doneHeaders()
+	if err != nil {
 		return err
 	}
 	rs := &co.rs

@@ -23,6 +23,7 @@ type streamCounts struct {
 	streams  atomic.Int64 // streamed allreduces begun
 	replies  atomic.Int64 // of them, with the reply overlapping the reduction
 	sessions atomic.Int64 // control sessions set up
+	duplex   atomic.Int64 // workers' frames written while the reply is read
 }
 
 // countStreams counts streamed allreduces, their overlapped replies and the
@@ -37,6 +38,8 @@ func countStreams() (*streamCounts, func()) {
 			n.replies.Add(1)
 		case star.HookSessionSetUp:
 			n.sessions.Add(1)
+		case star.HookDuplex:
+			n.duplex.Add(1)
 		}
 	})
 	return n, restore
@@ -93,9 +96,9 @@ func streamedCase[T comm.Elem](t *testing.T, comms []comm.Communicator, n int, o
 // it streams in, chunk by chunk (here 64-byte chunks, so that one of a few
 // hundred bytes takes many), and its result is the rank-order reduction's,
 // bit for bit, for every operator and element type, on every rank, with a
-// last chunk that is whole, short or the only one; with the control
-// sessions on the replies overlap the reduction, without them they follow
-// it. No scratch is kept for it. The float sum's values make the order
+// last chunk that is whole, short or the only one, its replies overlapping
+// the reduction. No scratch is kept for it. Without the control sessions
+// rank 0 stores it instead, with the same results. The float sum's values make the order
 // matter: the test checks that the reverse order would give another
 // result.
 func TestStreamedAllreduce(t *testing.T) {
@@ -123,12 +126,13 @@ func TestStreamedAllreduce(t *testing.T) {
 						streamedCase(t, comms, n, comm.BitwiseOr, func(r, i int) uint64 { return 1 << ((r + i) % 64) })
 						ran += 4
 					}
-					assert.Equal(t, int64(ran), counts.streams.Load()-streams, "every allreduce was streamed")
-					overlapped := int64(0)
-					if control {
-						overlapped = int64(ran)
+					if !control {
+						// Without the control sessions rank 0 stores.
+						assert.Zero(t, counts.streams.Load()-streams, "no allreduce was streamed")
+						return
 					}
-					assert.Equal(t, overlapped, counts.replies.Load()-replies, "replies overlapping the reduction")
+					assert.Equal(t, int64(ran), counts.streams.Load()-streams, "every allreduce was streamed")
+					assert.Equal(t, int64(ran), counts.replies.Load()-replies, "replies overlapping the reduction")
 					assert.Zero(t, star.ScratchBytes(comms[0].(*star.Comm)), "no stored-reduction scratch")
 				})
 			})
@@ -150,9 +154,10 @@ func TestStreamedAllreduce(t *testing.T) {
 
 // TestStreamedAllreduceSameAsStored: over real TCP, an allreduce of 4 MiB
 // per rank over 4 ranks, streamed in the default chunks (1 MiB) with the
-// replies overlapping the reduction, gives the same bytes as the stored
-// reduction of the same data, and then the stored one (below the bound
-// again) runs as before on the same communicator.
+// replies overlapping the reduction (and each worker reading its reply
+// while it writes its frame), gives the same bytes as the stored reduction
+// of the same data, and then the stored one (below the bound again) runs
+// as before on the same communicator.
 func TestStreamedAllreduceSameAsStored(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	counts, restore := countStreams()
@@ -192,6 +197,7 @@ func TestStreamedAllreduceSameAsStored(t *testing.T) {
 	}
 	again := run()
 	assert.Equal(t, int64(1), counts.streams.Load())
+	assert.Equal(t, int64(9), counts.duplex.Load(), "each worker's 4 MiB frame written while it read the reply, in each allreduce")
 	assert.Equal(t, comm.ViewOf(stored[0]).Bytes, comm.ViewOf(again[1]).Bytes)
 }
 
@@ -285,6 +291,62 @@ func TestStreamedAllreduceLateLowRank(t *testing.T) {
 					if r != 1 {
 						collectiveFailed(t, err, 1)
 					}
+				}
+			})
+		})
+	}
+}
+
+// TestArrivalSkew: ranks 2 and 3 call the collective at once, rank 0 0.6
+// of the timeout later and rank 1 1.3 timeouts later, on the fake clock,
+// over unbuffered pipes (so a worker's frame waits until rank 0 takes
+// it). No rank waits more than a timeout for one that rank 0 waits for:
+// every rank succeeds, in a stored allreduce (each worker writing its
+// frame while it reads the reply), a streamed one and a relayed
+// allgatherv. Before rank 0 said on the control sessions that it was
+// there (msgHere), ranks 2 and 3 gave up on the streamed allreduce after a
+// timeout, their frames still waiting for rank 1's, and every rank failed
+// naming rank 0; without the reply's read waiting for the frame's end
+// (link.readsOn), they gave up on the stored one, whose reply they read
+// from the start.
+func TestArrivalSkew(t *testing.T) {
+	const timeout = 10 * time.Second
+	counts, restore := countStreams()
+	defer restore()
+	for _, tc := range []struct {
+		name   string
+		stream int // streamMin: 1 streams, 1<<40 stores
+		run    func(c comm.Communicator) error
+	}{
+		{"allreduce-stored", 1 << 40, func(c comm.Communicator) error {
+			return comm.Allreduce(context.Background(), c, make([]float64, 100), make([]float64, 100), comm.Sum)
+		}},
+		{"allreduce-streamed", 1, func(c comm.Communicator) error {
+			return comm.Allreduce(context.Background(), c, make([]float64, 100), make([]float64, 100), comm.Sum)
+		}},
+		{"allgatherv-relayed", 1 << 40, func(c comm.Communicator) error {
+			const n = 40_000 // 1.28 MB in all: relayed
+			return comm.Allgatherv(context.Background(), c, make([]float64, n), make([]float64, 4*n), []int{n, n, n, n}, []int{0, n, 2 * n, 3 * n})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer star.SetStream(tc.stream, 64)()
+			defer star.SetDuplexMin(1)()
+			testkit.SyncTest(t, func(t *testing.T) {
+				comms := inBubble(t, 4, withTimeout(timeout))
+				defer testkit.CloseAll(comms)
+				synctest.Wait() // every control session up
+				streams := counts.streams.Load()
+				late := []time.Duration{6 * timeout / 10, 13 * timeout / 10, 0, 0}
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					time.Sleep(late[c.Rank()])
+					return tc.run(c)
+				})
+				for r, err := range errs {
+					assert.NoError(t, err, "rank %d", r)
+				}
+				if tc.name == "allreduce-streamed" {
+					assert.Equal(t, streams+1, counts.streams.Load(), "streamed")
 				}
 			})
 		})

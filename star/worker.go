@@ -35,7 +35,24 @@ type worker struct {
 	fpMu    sync.Mutex
 	fpQueue [][]byte
 	fpLive  bool
+
+	// The sender of a duplex exchange (see exchangeDuplex): started at
+	// the first, ended by stop.
+	sends   chan sendReq
+	sent    chan error
+	senders sync.WaitGroup
 }
+
+// sendReq is a frame for the duplex exchange's sender to write.
+type sendReq struct {
+	tag         byte
+	extra, send []byte
+}
+
+// duplexMin is the least payload a worker writes while it reads the reply
+// (see exchangeDuplex): a frame that may not fit in the sockets' buffers
+// (4 MiB asked for on each side). A variable for tests.
+var duplexMin = 4 << 20
 
 func newWorker(c *Comm, up *link) *worker {
 	up.owner = c
@@ -76,6 +93,10 @@ func (w *worker) openControl() {
 }
 
 func (w *worker) stop() {
+	if w.sends != nil {
+		close(w.sends)
+		w.senders.Wait()
+	}
 	w.stopOpening()
 	w.opening.Wait()
 	if ctl := w.up.ctl.Load(); ctl != nil {
@@ -87,6 +108,9 @@ func (w *worker) stop() {
 // tag is 0), then waits for the reply frame want, whose payload fills
 // parts.
 func (w *worker) exchange(tag byte, extra, send []byte, want byte, parts ...[]byte) error {
+	if tag != 0 && want != 0 && len(send) >= duplexMin && w.up.ctl.Load() != nil {
+		return w.exchangeDuplex(tag, extra, send, want, parts...)
+	}
 	if tag != 0 {
 		if err := w.up.sendFrame(tag, extra, send); err != nil {
 			// Rank 0 may have failed the collective, told this rank on the
@@ -109,6 +133,67 @@ func (w *worker) exchange(tag byte, extra, send []byte, want byte, parts ...[]by
 		return &linkError{peer: 0, err: w.controlLastWords(err)}
 	}
 	return nil
+}
+
+// exchangeDuplex is exchange for a large frame, with a control session:
+// a goroutine of the worker's writes the frame while the collective's
+// goroutine reads the reply, which rank 0 may begin before it has read the
+// whole frame (a relayed allgatherv, a streamed allreduce's overlapped
+// reply: see the coordinator). Read one after the other, the reply would
+// wait in the sockets' buffers until the frame is out, and rank 0's
+// outgoing link with it. The wire is the same; the timeouts are too: while
+// the frame is still going out, the reply's read does not time out (the
+// write's own deadline covers a rank 0 that takes nothing; a write that
+// fails other than by rank 0's end cuts the read short), so the reply gets
+// a whole timeout from the frame's end, as it does when read after it.
+func (w *worker) exchangeDuplex(tag byte, extra, send []byte, want byte, parts ...[]byte) error {
+	l := w.up
+	if w.sends == nil {
+		w.sends, w.sent = make(chan sendReq), make(chan error, 1)
+		w.senders.Go(w.sender)
+	}
+	w.c.hook(hookDuplex)
+	// A failed write leaves the read side to the reader (see link.ioErr).
+	l.relayReading.Store(true)
+	l.wroteEnd.Store(0)
+	l.writing.Store(true)
+	w.c.hook(hookHandoff)
+	w.sends <- sendReq{tag: tag, extra: extra, send: send}
+	w.c.hook(hookPoll)
+	rerr := l.awaitFrame(0, want, parts...)
+	werr := <-w.sent
+	l.wroteEnd.Store(0)
+	l.relayReading.Store(false)
+	l.wordsLater = false
+	var ab *AbortError
+	switch {
+	case werr == nil && rerr == nil:
+		return nil
+	case errors.As(rerr, &ab):
+		return &linkError{peer: 0, err: rerr} // rank 0's own reason, read on the link
+	case werr != nil:
+		return &linkError{peer: 0, err: w.controlLastWords(werr)}
+	}
+	return &linkError{peer: 0, err: w.controlLastWords(rerr)}
+}
+
+// sender writes the duplex exchanges' frames until stop.
+func (w *worker) sender() {
+	l := w.up
+	for r := range w.sends {
+		err := l.sendFrame(r.tag, r.extra, r.send)
+		l.wroteEnd.Store(time.Now().UnixNano())
+		l.writing.Store(false)
+		if err != nil && !peerGone(err) {
+			// The reader would wait a whole timeout more: stop it. (A
+			// rank 0 that is gone ends the read itself, after what it
+			// sent before it went: its Abort, maybe.)
+			l.cancel(err)
+		} else if err == nil {
+			w.c.hook(hookSent)
+		}
+		w.sent <- err
+	}
 }
 
 // controlLastWords returns the coordinator's Abort in place of err when
@@ -141,11 +226,30 @@ func (w *worker) controlLastWords(err error) error {
 }
 
 func (w *worker) allgatherv(send []byte, parts [][]byte) error {
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
+	if total >= relayMin {
+		// Rank 0 may relay it: it then takes this rank's region only
+		// once every rank's header is in, and says when it is here
+		// (see link.hereExtend).
+		w.up.streamed.Store(true)
+		defer w.up.streamed.Store(false)
+	}
 	return w.exchange(TagAllgathervSend, nil, send, TagAllgathervRecv, parts...)
 }
 
 func (w *worker) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 	w.op[0] = byte(op)
+	if streams(w.c.size-1, len(send.Bytes)) {
+		// Rank 0 streams it: it takes this rank's frame only as fast as
+		// the lower ranks' data comes, from its own arrival on (see
+		// reduce.go). Its word that it is here (msgHere) gives this
+		// rank's I/O a timeout from then on (see link.hereExtend).
+		w.up.streamed.Store(true)
+		defer w.up.streamed.Store(false)
+	}
 	return w.exchange(TagAllreduceSend, w.op[:], send.Bytes, TagAllreduceRecv, recv.Bytes)
 }
 

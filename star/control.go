@@ -143,15 +143,19 @@ type control struct {
 	// goUnlessStopped) against stop's Wait.
 	wg   sync.WaitGroup
 	gomu sync.Mutex
-	wmu  sync.Mutex // one writer at a time on msgs
-	wbuf []byte     // a message being written, under wmu
+	// wmu (a lock: a token in it) lets one writer at a time on msgs; a
+	// writer waits for it as for the write itself, durably (a sync.Mutex
+	// behind a write that waits for its deadline would stop a
+	// testing/synctest bubble's clock).
+	wmu  chan struct{}
+	wbuf []byte // a message being written, under wmu
 	rhdr [5]byte
 }
 
 // newControl wraps an established session.
 func newControl(c *Comm, peer int, conn transport.Conn, sess *smux.Session, hb, msgs *smux.Stream) *control {
 	ctl := &control{c: c, peer: peer, conn: conn, sess: sess, hb: hb, msgs: msgs, stopped: make(chan struct{}),
-		aborted: make(chan struct{}, 1), msgsDone: make(chan struct{}), hbmu: make(chan struct{}, 1), callsIn: make(chan struct{}, 1)}
+		aborted: make(chan struct{}, 1), msgsDone: make(chan struct{}), hbmu: make(chan struct{}, 1), wmu: make(chan struct{}, 1), callsIn: make(chan struct{}, 1)}
 	ctl.heard.Store(time.Now().UnixNano())
 	return ctl
 }
@@ -671,8 +675,8 @@ func (ctl *control) takeCall(seq uint64) ([]byte, bool) {
 
 // send writes one message, within until.
 func (ctl *control) send(kind byte, body []byte, until time.Time) error {
-	ctl.wmu.Lock()
-	defer ctl.wmu.Unlock()
+	ctl.wmu <- struct{}{}
+	defer func() { <-ctl.wmu }()
 	// One Write, so one smux frame: each Write waits for smux's sender.
 	ctl.wbuf = binary.BigEndian.AppendUint32(ctl.wbuf[:0], uint32(len(body)+1))
 	ctl.wbuf = append(append(ctl.wbuf, kind), body...)

@@ -52,7 +52,7 @@ type coordinator struct {
 	st      streamState // a streamed allreduce (see reduce.go)
 	// The wait for every worker's header of a streamed allreduce or a
 	// relayed allgatherv (see expectHeaders): its collective, its start
-	// (Unix nanoseconds) and the timer that tells the workers.
+	// (monoNow) and the timer that tells the workers.
 	hereSeq   atomic.Uint64
 	hereStart atomic.Int64
 	hereTimer *time.Timer
@@ -394,7 +394,7 @@ func (co *coordinator) allgatherv(send []byte, parts [][]byte) error {
 
 func (co *coordinator) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 	n := len(send.Bytes)
-	if co.streams(n) && co.allHaveControl() {
+	if co.streams(n) {
 		return co.allreduceStreamed(send, recv, op)
 	}
 	in := co.scratchBytes(len(co.workers) * n)

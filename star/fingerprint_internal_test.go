@@ -62,7 +62,9 @@ func TestFingerprintOfManyRanks(t *testing.T) {
 	require.NoError(t, err)
 	fp := (&call{op: comm.OpAllgatherv, dt: comm.Float64, counts: make([]int, MaxSize)}).fingerprint(nil, 1)
 	sent := make(chan error, 1)
-	go func() { sent <- (&control{msgs: w}).send(msgCall, fp, time.Now().Add(5*time.Second)) }()
+	go func() {
+		sent <- (&control{msgs: w, wmu: make(chan struct{}, 1)}).send(msgCall, fp, time.Now().Add(5*time.Second))
+	}()
 	r, err := ss.AcceptStream()
 	require.NoError(t, err)
 	kind, body, err := (&control{msgs: r}).readMsg(time.Now().Add(5 * time.Second))

@@ -120,11 +120,15 @@ type link struct {
 	// state's lock).
 	relayRegionIn bool
 	// writing is set while a worker's duplex exchange writes its frame
-	// (see worker.exchangeDuplex), and wroteEnd is when it ended (Unix
-	// nanoseconds; 0 before): a read deadline that passes meanwhile, or
+	// (see worker.exchangeDuplex), and wroteEnd is when it ended
+	// (monoNow; 0 before): a read deadline that passes meanwhile, or
 	// less than a timeout after, is not a failure (see readsOn).
 	writing  atomic.Bool
 	wroteEnd atomic.Int64
+	// rfix, when set, is the read deadline armAt sets in place of a fresh
+	// one (see readsOn), until a read moves (readFull clears it). The
+	// reader's own.
+	rfix time.Time
 	// streamed is set while a worker runs an allreduce that rank 0
 	// streams or an allgatherv that it may relay (see worker.allreduce,
 	// worker.allgatherv and hereExtend).
@@ -227,12 +231,18 @@ func (l *link) armAt(write bool, now time.Time) error {
 		cur = &l.wdl
 	}
 	var want time.Time
-	if !l.until.IsZero() {
+	switch {
+	case !l.until.IsZero():
 		if cur.Equal(l.until) {
 			return nil
 		}
 		want = l.until
-	} else {
+	case !write && !l.rfix.IsZero():
+		if cur.Equal(l.rfix) {
+			return nil
+		}
+		want = l.rfix
+	default:
 		if now.IsZero() {
 			now = time.Now()
 		}
@@ -319,16 +329,21 @@ func (l *link) late(err error) bool {
 
 // readsOn is late for a read deadline of the link's own that passed while
 // the link's own frame was still going out, or less than a timeout after
-// it went (a worker's duplex exchange): the reply is read on, from a fresh
-// deadline, as it would only be read from the frame's end on (so it fails
-// between one and two timeouts after the frame's end, where read after
-// the frame it fails one timeout after it). A cancel, the system's own
-// timeout, or a deadline error before the deadline the link set (not its
-// own) still fail it.
+// it went (a worker's duplex exchange): the reply is read on, as it would
+// only be read from the frame's end on. While the frame goes out, from a
+// fresh deadline; after it, until a timeout (with the slack) after the
+// frame's end (rfix): the deadline it would have had read after the frame.
+// A cancel, the system's own timeout, or a deadline error before the
+// deadline the link set (not its own) still fail it.
 func (l *link) readsOn(err error) bool {
+	var fix time.Time
 	if !l.writing.Load() {
 		end := l.wroteEnd.Load()
-		if end == 0 || time.Since(time.Unix(0, end)) >= l.timeout {
+		if end == 0 {
+			return false
+		}
+		fix = monoTime(end).Add(l.timeout + deadlineSlack(l.timeout))
+		if !time.Now().Before(fix) {
 			return false
 		}
 	}
@@ -340,9 +355,20 @@ func (l *link) readsOn(err error) bool {
 	if l.cancelled() != nil || l.rdl.IsZero() || time.Now().Before(l.rdl) {
 		return false
 	}
-	l.rdl = time.Time{}
+	l.rdl, l.rfix = time.Time{}, fix
 	return true
 }
+
+// monoBase is the origin of monoNow: a time with a monotonic reading.
+var monoBase = time.Now()
+
+// monoNow is the monotonic time since monoBase, in nanoseconds (never 0:
+// 0 means none): what a goroutine stores for another to compare, unmoved
+// by steps of the wall clock.
+func monoNow() int64 { return int64(time.Since(monoBase)) | 1 }
+
+// monoTime is the time that monoNow returned n at.
+func monoTime(n int64) time.Time { return monoBase.Add(time.Duration(n)) }
 
 // lateWrite is late for a failed write: a deadline that this process saw
 // pass at least lateMin late while the system had sent every byte written
@@ -908,6 +934,9 @@ func (l *link) readFull(p []byte, left int) error {
 		if l.lw == nil || (left <= pollMax && !l.lowSet) {
 			k, err := io.ReadFull(l.conn, p[:n])
 			p, left = p[k:], left-k
+			if k > 0 {
+				l.rfix = time.Time{} // it moved: fresh deadlines again
+			}
 			if err != nil {
 				if l.late(err) {
 					continue
@@ -923,6 +952,9 @@ func (l *link) readFull(p []byte, left int) error {
 		}
 		k, err := l.conn.Read(p[:n])
 		p, left = p[k:], left-k
+		if k > 0 {
+			l.rfix = time.Time{}
+		}
 		if err != nil && len(p) > 0 {
 			if l.late(err) {
 				continue

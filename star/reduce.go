@@ -16,8 +16,7 @@ import (
 // for an allreduce of n bytes: every worker's whole contribution, read
 // concurrently, then reduced. An allreduce whose ·n exceeds
 // streamMin, of at least two chunks per rank, is instead reduced as it
-// streams in when every worker has a control session (see below why):
-// every worker link's goroutine reads its worker's payload in chunks
+// streams in: every worker link's goroutine reads its worker's payload in chunks
 // (streamChunkSize bytes, element-aligned), into one of two chunk buffers
 // of its own, and hands each filled chunk to the collective's goroutine,
 // which takes chunk k of rank 1, 2, ..., R-1 in that order and reduces
@@ -31,17 +30,18 @@ import (
 // holds what was reduced so far (the stored reduction leaves it as it was
 // when the failure comes while reading).
 //
-// The reply overlaps the reduction, as a relayed allgatherv's does (see
-// relay.go): once every op byte is checked, each worker link's relay
-// writer sends the AllreduceRecv frame, its header at once and each
-// reduced chunk as soon as the last rank's part of it is in, so that rank
-// 0's outgoing link works while its incoming ones do; and a worker whose
-// frame is large writes it while it reads the reply (see
-// worker.exchangeDuplex). Over a network an allreduce then takes about
-// ·n on rank 0's link instead of twice that. A failure after the
-// first reply bytes went out cuts those frames short, and the Abort goes
-// on the control sessions, as in the relay.
-//
+// When every worker has a control session, the reply overlaps the
+// reduction, as a relayed allgatherv's does (see relay.go): once every op
+// byte is checked, each worker link's relay writer sends the
+// AllreduceRecv frame, its header at once and each reduced chunk as soon
+// as the last rank's part of it is in, so that rank 0's outgoing link
+// works while its incoming ones do; and a worker whose frame is large
+// writes it while it reads the reply (see worker.exchangeDuplex). Over a
+// network an allreduce then takes about ·n on rank 0's link instead
+// of twice that. A failure after the first reply bytes went out cuts
+// those frames short, and the Abort goes on the control sessions, as in
+// the relay. Without every session the replies follow the reduction.
+
 // The wire is unchanged. Every worker's header is read and checked before
 // any payload byte (a length mismatch fails as it does stored), and every
 // worker's op byte before anything is reduced: an operator mismatch reads
@@ -53,19 +53,23 @@ import (
 // it does in rank order. So a worker's frame, and its reply, wait for rank
 // 0's arrival and then for the lower ranks' data, where stored they wait
 // for rank 0's arrival only (rank 0 then takes every frame at once). For
-// that wait rank 0 tells every worker on its control session that it is
-// here (msgHere) when every worker's header has not come within
-// hereAfter of its own arrival, and a worker moves its pending deadlines
-// on to a timeout after rank 0's arrival (see link.hereExtend): as stored, a
+// that wait rank 0 tells every worker with a control session that it is
+// here (msgHere) when every worker's header has not come within hereAfter
+// of its own arrival, and such a worker moves its pending deadlines on to
+// a timeout after rank 0's arrival (see link.hereExtend): as stored, a
 // worker waits a timeout from rank 0's arrival, and rank 0 names a lower
-// rank that does not come within a timeout of its own arrival. That word is why streaming needs every control
-// session; without one, rank 0 stores. A worker that crashes while its
-// link waits so is found when the reducer gets to it, or by its control
-// session (liveness, and the loss of the session's connection),
-// whichever comes first, not at once. Workers that are all there and all
-// send keep every link moving: each link is read while the reducer works
-// on the others. A frame's header counts as its arrival (stall reports and
-// timeouts name the ranks whose frames have not begun).
+// rank that does not come within a timeout of its own arrival. A worker
+// without a control session (COBRE_TCP_LIVENESS_SECS=0, or in the first
+// moments after start-up, while it opens) waits a timeout from its own
+// arrival: in a streamed allreduce it fails, naming rank 0, if a lower
+// rank comes more than a timeout after it, where the stored one would
+// wait. A worker that crashes while its link waits so is found when the
+// reducer gets to it, or by its control session (liveness, and the loss of
+// the session's connection), whichever comes first, not at once. Workers
+// that are all there and all send keep every link moving: each link is
+// read while the reducer works on the others. A frame's header counts as
+// its arrival (stall reports and timeouts name the ranks whose frames have
+// not begun).
 
 // streamMin is the least ·n, in bytes, of an allreduce of n bytes
 // per rank that the coordinator reduces as it streams in (see above).
@@ -201,13 +205,19 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 			}
 		}()
 	}
+	// The replies overlap the reduction when every worker has a control
+	// session, which carries the Abort if a failure cuts them short;
+	// otherwise they follow it.
+	overlap := co.allHaveControl()
 	rs := &co.rs
-	co.one[0] = recv.Bytes
-	rs.reset(co.one[:])
-	rs.publish(0, 0) // nothing reduced yet
-	defer rs.clear()
-	for _, l := range co.workers {
-		l.relayReading.Store(true)
+	if overlap {
+		co.one[0] = recv.Bytes
+		rs.reset(co.one[:])
+		rs.publish(0, 0) // nothing reduced yet
+		defer rs.clear()
+		for _, l := range co.workers {
+			l.relayReading.Store(true)
+		}
 	}
 	co.c.hook(hookStream)
 	for _, l := range co.workers {
@@ -238,7 +248,9 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 				cut = true
 				st.closed = true
 				close(st.stop)
-				rs.fail()
+				if overlap {
+					rs.fail()
+				}
 				for _, o := range co.workers {
 					if o.peer != res.peer {
 						o.cancel(errCut)
@@ -292,7 +304,7 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 			}
 			clear(firsts)
 			held = held[:0]
-			if mismatch == nil {
+			if overlap && mismatch == nil {
 				// Every op byte is checked: the replies may begin.
 				rs.publish(0, hi)
 				co.c.hook(hookReply)
@@ -314,7 +326,7 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 			}
 			l.sfree <- b
 		}
-		if mismatch == nil && !cut {
+		if overlap && mismatch == nil && !cut {
 			rs.publish(0, hi)
 		}
 	}
@@ -328,7 +340,11 @@ func (co *coordinator) allreduceStreamed(send, recv comm.View, op comm.ReduceOp)
 	if mismatch != nil {
 		return mismatch
 	}
-	return nil // every worker has its whole reply
+	if overlap {
+		return nil // every worker has its whole reply
+	}
+	co.one[0] = recv.Bytes
+	return co.scatter(TagAllreduceRecv, co.one[:], -1)
 }
 
 // hereAfter is how long the coordinator waits for every worker's header
@@ -343,7 +359,7 @@ func hereAfter(timeout time.Duration) time.Duration { return min(timeout/10, 100
 // doneHeaders ends it. The timer is made once and reused.
 func (co *coordinator) expectHeaders(seq uint64) {
 	co.hereSeq.Store(seq)
-	co.hereStart.Store(time.Now().UnixNano())
+	co.hereStart.Store(monoNow())
 	if co.hereTimer == nil {
 		co.hereTimer = time.AfterFunc(hereAfter(co.c.cfg.Timeout), co.sayHere)
 		return
@@ -357,12 +373,14 @@ func (co *coordinator) doneHeaders() { co.hereTimer.Stop() }
 // sayHere tells every worker on its control session that this rank has
 // begun the collective whose headers it waits for, and how long ago (see
 // link.hereExtend). It runs on its timer's goroutine; each send is bounded
-// by the timeout.
+// by hereAfter.
 func (co *coordinator) sayHere() {
 	var body [16]byte
 	binary.BigEndian.PutUint64(body[:8], co.hereSeq.Load())
-	binary.BigEndian.PutUint64(body[8:], uint64(time.Since(time.Unix(0, co.hereStart.Load()))))
-	until := time.Now().Add(co.c.cfg.Timeout)
+	binary.BigEndian.PutUint64(body[8:], uint64(max(monoNow()-co.hereStart.Load(), 0)))
+	// A worker that cannot take the word within hereAfter (its process
+	// frozen) would hold up the Aborts behind it on its session.
+	until := time.Now().Add(hereAfter(co.c.cfg.Timeout))
 	for _, l := range co.workers {
 		if ctl := l.ctl.Load(); ctl != nil {
 			ctl.goUnlessStopped(func() { _ = ctl.send(msgHere, body[:], until) })

@@ -15,6 +15,7 @@ import (
 	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/star"
 	"github.com/starcomm/starcomm/testkit"
+	"github.com/starcomm/starcomm/transport/faulty"
 )
 
 // streamCounts counts what the coordinator does in streamed allreduces,
@@ -96,9 +97,9 @@ func streamedCase[T comm.Elem](t *testing.T, comms []comm.Communicator, n int, o
 // it streams in, chunk by chunk (here 64-byte chunks, so that one of a few
 // hundred bytes takes many), and its result is the rank-order reduction's,
 // bit for bit, for every operator and element type, on every rank, with a
-// last chunk that is whole, short or the only one, its replies overlapping
-// the reduction. No scratch is kept for it. Without the control sessions
-// rank 0 stores it instead, with the same results. The float sum's values make the order
+// last chunk that is whole, short or the only one; with the control
+// sessions on the replies overlap the reduction, without them they follow
+// it. No scratch is kept for it. The float sum's values make the order
 // matter: the test checks that the reverse order would give another
 // result.
 func TestStreamedAllreduce(t *testing.T) {
@@ -126,13 +127,12 @@ func TestStreamedAllreduce(t *testing.T) {
 						streamedCase(t, comms, n, comm.BitwiseOr, func(r, i int) uint64 { return 1 << ((r + i) % 64) })
 						ran += 4
 					}
-					if !control {
-						// Without the control sessions rank 0 stores.
-						assert.Zero(t, counts.streams.Load()-streams, "no allreduce was streamed")
-						return
-					}
 					assert.Equal(t, int64(ran), counts.streams.Load()-streams, "every allreduce was streamed")
-					assert.Equal(t, int64(ran), counts.replies.Load()-replies, "replies overlapping the reduction")
+					overlapped := int64(0)
+					if control {
+						overlapped = int64(ran)
+					}
+					assert.Equal(t, overlapped, counts.replies.Load()-replies, "replies overlapping the reduction")
 					assert.Zero(t, star.ScratchBytes(comms[0].(*star.Comm)), "no stored-reduction scratch")
 				})
 			})
@@ -351,4 +351,52 @@ func TestArrivalSkew(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestDuplexFrozenAfterFrame: a worker writes its frame while it reads the
+// reply (every frame goes duplex here); rank 0 comes a tenth of the
+// timeout late, takes the frame, and freezes before its reply (its whole
+// process hangs; liveness far off). The worker fails naming rank 0 a
+// timeout (with its reply margin and slack) after its frame went out, as
+// when it reads the reply after the frame: at 1.1 timeouts + 0.75 s, and
+// 200 ms for its Abort. (It used to get a fresh timeout at its read's
+// first deadline: 2.17 timeouts.)
+func TestDuplexFrozenAfterFrame(t *testing.T) {
+	defer star.SetDuplexMin(1)()
+	const timeout = 10 * time.Second
+	testkit.SyncTest(t, func(t *testing.T) {
+		s := faulty.NewScript(faulty.Fault{Kind: faulty.Hang, Rank: 0, Link: 1, Dir: faulty.Write, Frame: 2, WholeRank: true})
+		comms, err := testkit.StartStar(context.Background(), testkit.NewPipeNetwork(), 2, func(c *star.Config) {
+			c.Timeout, c.Liveness = timeout, 100*timeout
+			if c.Listener != nil {
+				c.Listener = s.WrapListener(c.Listener)
+			}
+			if c.Dialer != nil {
+				c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+			}
+		})
+		require.NoError(t, err)
+		defer testkit.CloseAll(comms)
+		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) }) {
+			require.NoError(t, err, "warm-up barrier, rank %d", r)
+		}
+		synctest.Wait() // the control session up
+		start := time.Now()
+		var failedAt time.Duration
+		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+			if c.Rank() == 0 {
+				time.Sleep(timeout / 10)
+			}
+			err := comm.Allreduce(context.Background(), c, make([]float64, 100), make([]float64, 100), comm.Sum)
+			if c.Rank() == 1 {
+				failedAt = time.Since(start)
+			}
+			return err
+		})
+		collectiveFailed(t, errs[1], 0)
+		// Its failing collective then waits 200 ms for its Abort to go
+		// out (rank 0 takes nothing), as it does after any timeout.
+		want := timeout/10 + timeout + 750*time.Millisecond + 200*time.Millisecond
+		assert.InDelta(t, float64(want), float64(failedAt), float64(time.Millisecond), "when the worker fails: %v", failedAt)
+	})
 }

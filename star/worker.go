@@ -163,6 +163,7 @@ func (w *worker) exchangeDuplex(tag byte, extra, send []byte, want byte, parts .
 	rerr := l.awaitFrame(0, want, parts...)
 	werr := <-w.sent
 	l.wroteEnd.Store(0)
+	l.rfix = time.Time{}
 	l.relayReading.Store(false)
 	l.wordsLater = false
 	var ab *AbortError
@@ -182,7 +183,7 @@ func (w *worker) sender() {
 	l := w.up
 	for r := range w.sends {
 		err := l.sendFrame(r.tag, r.extra, r.send)
-		l.wroteEnd.Store(time.Now().UnixNano())
+		l.wroteEnd.Store(monoNow())
 		l.writing.Store(false)
 		if err != nil && !peerGone(err) {
 			// The reader would wait a whole timeout more: stop it. (A

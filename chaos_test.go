@@ -215,44 +215,36 @@ func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i in
 			return nil
 		}, nil
 	case comm.OpAllreduce:
-		send, recv := make([]int64, 4), make([]int64, 4)
-		return func(ctx context.Context, i int) error {
-			for k := range send {
-				send[k] = int64(rank + i + k)
-			}
-			if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
-				return err
-			}
-			for k := range recv {
-				if want := int64(size*(i+k) + size*(size-1)/2); recv[k] != want {
-					return fmt.Errorf("%w: iteration %d, element %d is %d, want %d", errWrongResult, i, k, recv[k], want)
-				}
-			}
-			return nil
-		}, nil
+		return allreduceStep(c, 4), nil
 	case comm.OpBarrier:
 		return func(ctx context.Context, _ int) error { return c.Barrier(ctx) }, nil
 	case modeStreamed:
 		// 24 MiB per rank: over 4 ranks ·n is 72 MiB, so rank 0
 		// streams the reduction (over 64 MiB).
-		n := 24 << 20 / 8
-		send, recv := make([]int64, n), make([]int64, n)
-		return func(ctx context.Context, i int) error {
-			for k := range send {
-				send[k] = int64(rank + i + k)
-			}
-			if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
-				return err
-			}
-			for k := range recv {
-				if want := int64(size*(i+k) + size*(size-1)/2); recv[k] != want {
-					return fmt.Errorf("%w: iteration %d, element %d is %d, want %d", errWrongResult, i, k, recv[k], want)
-				}
-			}
-			return nil
-		}, nil
+		return allreduceStep(c, 24<<20/8), nil
 	}
 	return nil, fmt.Errorf("unknown %s %q", envChaosChild, mode)
+}
+
+// allreduceStep is iteration i of a loop of allreduce sums of n int64s,
+// each result checked.
+func allreduceStep(c comm.Communicator, n int) func(ctx context.Context, i int) error {
+	rank, size := c.Rank(), c.Size()
+	send, recv := make([]int64, n), make([]int64, n)
+	return func(ctx context.Context, i int) error {
+		for k := range send {
+			send[k] = int64(rank + i + k)
+		}
+		if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
+			return err
+		}
+		for k := range recv {
+			if want := int64(size*(i+k) + size*(size-1)/2); recv[k] != want {
+				return fmt.Errorf("%w: iteration %d, element %d is %d, want %d", errWrongResult, i, k, recv[k], want)
+			}
+		}
+		return nil
+	}
 }
 
 // chaosReport prints the RESULT line for err, which op returned after

@@ -129,16 +129,7 @@ func (l *link) streamBufs(size int) {
 		l.sfree = make(chan []byte, 2)
 		l.sready = make(chan []byte, 2)
 	}
-	for {
-		select {
-		case <-l.sfree:
-			continue
-		case <-l.sready:
-			continue
-		default:
-		}
-		break
-	}
+	l.takeStreamBufs()
 	for i := range l.sbuf {
 		if len(l.sbuf[i]) != size {
 			// 8-byte aligned, as comm.Reduce wants its elements.
@@ -151,6 +142,13 @@ func (l *link) streamBufs(size int) {
 // dropStreamBufs lets l's chunk buffers go. Only the collective's
 // goroutine calls it, while no reader runs.
 func (l *link) dropStreamBufs() {
+	l.takeStreamBufs()
+	l.sbuf = [2][]byte{}
+}
+
+// takeStreamBufs empties l's chunk channels (a failed collective may have
+// left buffers in them).
+func (l *link) takeStreamBufs() {
 	for {
 		select {
 		case <-l.sfree:
@@ -159,9 +157,8 @@ func (l *link) dropStreamBufs() {
 			continue
 		default:
 		}
-		break
+		return
 	}
-	l.sbuf = [2][]byte{}
 }
 
 // allreduceStreamed runs an allreduce as described above.

@@ -315,16 +315,16 @@ func TestArrivalSkew(t *testing.T) {
 	defer restore()
 	for _, tc := range []struct {
 		name   string
-		stream int // streamMin: 1 streams, 1<<40 stores
+		stream int // streamMin: 1 streams, 1<<30 stores
 		run    func(c comm.Communicator) error
 	}{
-		{"allreduce-stored", 1 << 40, func(c comm.Communicator) error {
+		{"allreduce-stored", 1 << 30, func(c comm.Communicator) error {
 			return comm.Allreduce(context.Background(), c, make([]float64, 100), make([]float64, 100), comm.Sum)
 		}},
 		{"allreduce-streamed", 1, func(c comm.Communicator) error {
 			return comm.Allreduce(context.Background(), c, make([]float64, 100), make([]float64, 100), comm.Sum)
 		}},
-		{"allgatherv-relayed", 1 << 40, func(c comm.Communicator) error {
+		{"allgatherv-relayed", 1 << 30, func(c comm.Communicator) error {
 			const n = 40_000 // 1.28 MB in all: relayed
 			return comm.Allgatherv(context.Background(), c, make([]float64, n), make([]float64, 4*n), []int{n, n, n, n}, []int{0, n, 2 * n, 3 * n})
 		}},

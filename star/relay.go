@@ -147,15 +147,7 @@ func (co *coordinator) relays(parts [][]byte) bool {
 	for _, p := range parts {
 		n += len(p)
 	}
-	if n < relayMin || len(co.workers) == 0 {
-		return false
-	}
-	for _, l := range co.workers {
-		if l.ctl.Load() == nil {
-			return false
-		}
-	}
-	return true
+	return n >= relayMin && co.allHaveControl()
 }
 
 // relay runs an allgatherv of parts (rank 0's region already in place) as

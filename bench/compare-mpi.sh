@@ -24,6 +24,10 @@
 #   SHM            1 (default) also runs the shared-memory columns; 0 not
 #   REPEATS_SCALE  multiply every workload's repeats by this, 0 < F <= 1000
 #                  (default 1; starbench's --repeats-scale)
+#   WORKLOADS      comma-separated workloads, run in that order on every
+#                  side (starbench's --workloads; default: the standard
+#                  ones); allreduce-64MiB runs only when named:
+#                  WORKLOADS=barrier,allreduce-64MiB bash bench/compare-mpi.sh
 #
 # The header names the processor (the first "model name" of
 # /proc/cpuinfo, with its family and model numbers) and the load average at the start and the end: figures
@@ -51,10 +55,20 @@ RANKS=${RANKS:-4}
 REPEATS_SCALE=${REPEATS_SCALE:-1}
 RUNS=${RUNS:-3}
 SHM=${SHM:-1}
+WORKLOADS=${WORKLOADS:-}
 [[ $RUNS =~ ^[0-9]+$ ]] && ((10#$RUNS >= 1)) ||
 	die "RUNS must be a whole number >= 1, got '$RUNS'"
 RUNS=$((10#$RUNS))
 [[ $SHM == 0 || $SHM == 1 ]] || die "SHM must be 0 or 1, got '$SHM'"
+[[ -z $WORKLOADS || $WORKLOADS =~ ^[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*$ ]] ||
+	die "WORKLOADS must be workload names separated by commas (allgatherv-cuts,allreduce-64MiB), got '$WORKLOADS'"
+# The workload selection, for starbench's command line and mpi_bench's.
+star_sel=()
+mpi_sel=()
+if [[ -n $WORKLOADS ]]; then
+	star_sel=(--workloads "$WORKLOADS")
+	mpi_sel=("$WORKLOADS")
+fi
 load_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 [[ $RANKS =~ ^[0-9]+$ ]] && ((10#$RANKS >= 1)) ||
 	die "RANKS must be a whole number >= 1, got '$RANKS'"
@@ -143,16 +157,16 @@ mpirun_shm_args=(
 # frequency change) hits every side alike.
 for ((run = 1; run <= RUNS; run++)); do
 	echo "compare-mpi.sh: round $run of $RUNS (load average: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'))" >&2
-	(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --json --repeats-scale "$REPEATS_SCALE") \
+	(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --json --repeats-scale "$REPEATS_SCALE" "${star_sel[@]}") \
 		>"$tmp/star.$run.json" || die "starbench -n $RANKS failed (exit $?); see the messages above"
-	(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --raw --json --repeats-scale "$REPEATS_SCALE") \
+	(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --raw --json --repeats-scale "$REPEATS_SCALE" "${star_sel[@]}") \
 		>"$tmp/raw.$run.json" || die "starbench --raw failed (exit $?); see the messages above"
-	mpirun "${mpirun_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" >"$tmp/mpi.$run.txt" ||
+	mpirun "${mpirun_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" "${mpi_sel[@]}" >"$tmp/mpi.$run.txt" ||
 		die "mpirun ${mpirun_args[*]} mpi_bench failed (exit $?); see the messages above"
 	if ((SHM)); then
-		(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --backend shm --json --repeats-scale "$REPEATS_SCALE") \
+		(cd -- "$repo_root" && "$tmp/starbench" -n "$RANKS" --backend shm --json --repeats-scale "$REPEATS_SCALE" "${star_sel[@]}") \
 			>"$tmp/shm.$run.json" || die "starbench --backend shm failed (exit $?); see the messages above"
-		mpirun "${mpirun_shm_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" >"$tmp/mpi_shm.$run.txt" ||
+		mpirun "${mpirun_shm_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" "${mpi_sel[@]}" >"$tmp/mpi_shm.$run.txt" ||
 			die "mpirun ${mpirun_shm_args[*]} mpi_bench failed (exit $?); see the messages above"
 	fi
 done

@@ -21,6 +21,11 @@
 #                  "none" for no cap
 #   RUNS           interleaved rounds of the three sides, >= 1 (default 3)
 #   REPEATS_SCALE  multiply every workload's repeats by this (default 1)
+#   WORKLOADS      comma-separated workloads, run in that order (default:
+#                  the standard ones); allreduce-64MiB (a streamed
+#                  allreduce, bound (R-1)·64 MiB each way over rank 0's
+#                  link) runs only when named:
+#                  WORKLOADS=allreduce-64MiB bash bench/compare-netns.sh
 #
 # Needs root (network namespaces), iproute2 (ip, tc), Go, and Open MPI
 # (mpicc, mpirun); installs the missing Debian packages with apt-get. The
@@ -38,12 +43,16 @@ RANKS=${RANKS:-4}
 RATE=${RATE:-1gbit}
 RUNS=${RUNS:-3}
 REPEATS_SCALE=${REPEATS_SCALE:-1}
+WORKLOADS=${WORKLOADS:-}
 [[ $RANKS =~ ^[0-9]+$ ]] && ((10#$RANKS >= 2 && 10#$RANKS <= 16)) ||
 	die "RANKS must be a whole number from 2 to 16, got '$RANKS'"
 [[ $RUNS =~ ^[0-9]+$ ]] && ((10#$RUNS >= 1)) ||
 	die "RUNS must be a whole number >= 1, got '$RUNS'"
 [[ $RATE == none || $RATE =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)$ ]] ||
 	die "RATE must be a tc rate such as 1gbit or 500mbit, or none; got '$RATE'"
+
+[[ -z $WORKLOADS || $WORKLOADS =~ ^[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*$ ]] ||
+	die "WORKLOADS must be workload names separated by commas (allgatherv-cuts,allreduce-64MiB), got '$WORKLOADS'"
 
 ((EUID == 0)) || die "needs root (it creates network namespaces); run it as root"
 [[ $(uname -s) == Linux ]] || die "needs Linux network namespaces"
@@ -91,4 +100,4 @@ mpicc -O2 -o "$tmp/mpi_bench" "$script_dir/mpi_bench.c" -lm || die "mpicc failed
 echo "compare-netns.sh: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 # nsbench sets up and removes the namespaces itself (also on SIGINT/SIGTERM).
 "$tmp/nsbench" -starbench "$tmp/starbench" -mpibench "$tmp/mpi_bench" \
-	-ranks "$RANKS" -rate "$RATE" -runs "$RUNS" -repeats-scale "$REPEATS_SCALE"
+	-ranks "$RANKS" -rate "$RATE" -runs "$RUNS" -repeats-scale "$REPEATS_SCALE" -workloads "$WORKLOADS"

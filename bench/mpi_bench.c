@@ -2,7 +2,7 @@
  * mpi_bench.c: the standard workloads of starbench (cmd/starbench) on
  * MPI, for bench/compare-mpi.sh.
  *
- * Usage: mpirun -np R mpi_bench [REPEATS_SCALE]
+ * Usage: mpirun -np R mpi_bench [REPEATS_SCALE [WORKLOADS]]
  *
  * Same sizes, repeats, values, verification and timing as
  * cmd/starbench/workloads.go and runner.go:
@@ -16,7 +16,10 @@
  *   Duration arithmetic), minimum and maximum of the slowest rank's times.
  *
  * REPEATS_SCALE multiplies every workload's repeats, rounding half away
- * from zero, at least 1 (starbench's --repeats-scale).
+ * from zero, at least 1 (starbench's --repeats-scale). WORKLOADS is a
+ * comma-separated list of workload names, run in that order (starbench's
+ * --workloads); without it the standard ones run. allreduce-64MiB runs
+ * only when named, as in starbench.
  *
  * Rank 0 prints one line per workload on standard output:
  *
@@ -37,6 +40,7 @@ enum {
     CUT_VALUES = 25000,       /* one rank's cuts of one stage: 200 KB */
     TRIAL_VALUES = 262144,    /* one rank's trial points: 2 MiB */
     BIG_VALUES = 2097152,     /* 16 MiB */
+    BIG_REDUCE_VALUES = 8388608, /* 64 MiB */
     ALLREDUCE_VALUES = 4,     /* 32 B */
     BROADCAST_BYTES = 10240,  /* 10 KiB of uint8 */
     CUTS_PER_ITER = 119,      /* cut allgathervs in one SDDP iteration */
@@ -212,17 +216,59 @@ typedef struct {
     kind kind;
     int values; /* W_GATHER: values per rank */
     int repeats;
+    int named_only; /* runs only when WORKLOADS names it */
 } workload;
 
 static const workload workloads[] = {
-    {"allgatherv-cuts", W_GATHER, CUT_VALUES, 50},
-    {"allgatherv-2MiB", W_GATHER, TRIAL_VALUES, 20},
-    {"allgatherv-16MiB", W_GATHER, BIG_VALUES, 8},
-    {"allreduce-32B", W_SUM, ALLREDUCE_VALUES, 200},
-    {"barrier", W_BARRIER, 0, 200},
-    {"broadcast-10KB", W_BCAST, BROADCAST_BYTES, 200},
-    {"sddp-iteration", W_SDDP, 0, 3},
+    {"allgatherv-cuts", W_GATHER, CUT_VALUES, 50, 0},
+    {"allgatherv-2MiB", W_GATHER, TRIAL_VALUES, 20, 0},
+    {"allgatherv-16MiB", W_GATHER, BIG_VALUES, 8, 0},
+    {"allreduce-32B", W_SUM, ALLREDUCE_VALUES, 200, 0},
+    {"barrier", W_BARRIER, 0, 200, 0},
+    {"broadcast-10KB", W_BCAST, BROADCAST_BYTES, 200, 0},
+    {"sddp-iteration", W_SDDP, 0, 3, 0},
+    {"allreduce-64MiB", W_SUM, BIG_REDUCE_VALUES, 5, 1},
 };
+
+enum { NWORKLOADS = sizeof workloads / sizeof workloads[0] };
+
+/* find_workload returns the workload called name (len bytes), or NULL. */
+static const workload *find_workload(const char *name, size_t len) {
+    for (size_t i = 0; i < NWORKLOADS; i++)
+        if (strlen(workloads[i].name) == len && strncmp(workloads[i].name, name, len) == 0)
+            return &workloads[i];
+    return NULL;
+}
+
+/* select_workloads parses a comma-separated list into out (at most max
+ * entries) and returns how many it holds, or -1 after printing (on rank
+ * 0) a message that names what was wrong. */
+static int select_workloads(const char *list, const workload **out, int max) {
+    int n = 0;
+    const char *p = list;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        const workload *w = find_workload(p, len);
+        if (w == NULL || n == max) {
+            if (g_rank == 0) {
+                if (w == NULL) {
+                    fprintf(stderr, "mpi_bench: unknown workload \"%.*s\" in WORKLOADS \"%s\"; known:", (int)len, p, list);
+                    for (size_t i = 0; i < NWORKLOADS; i++)
+                        fprintf(stderr, "%s%s", i == 0 ? " " : ",", workloads[i].name);
+                    fprintf(stderr, "\n");
+                } else {
+                    fprintf(stderr, "mpi_bench: WORKLOADS \"%s\" names more than %d workloads\n", list, max);
+                }
+            }
+            return -1;
+        }
+        out[n++] = w;
+        if (comma == NULL)
+            return n;
+        p = comma + 1;
+    }
+}
 
 /* One rank's state of a workload. */
 typedef struct {
@@ -416,13 +462,13 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
 
     double scale = 1;
-    if (argc > 2) {
+    if (argc > 3) {
         if (g_rank == 0)
-            fprintf(stderr, "usage: mpi_bench [REPEATS_SCALE]\n");
+            fprintf(stderr, "usage: mpi_bench [REPEATS_SCALE [WORKLOADS]]\n");
         MPI_Finalize();
         return 2;
     }
-    if (argc == 2) {
+    if (argc >= 2) {
         char *end;
         scale = strtod(argv[1], &end);
         if (end == argv[1] || *end != '\0' || !(scale > 0) || scale > 1000) {
@@ -432,6 +478,20 @@ int main(int argc, char **argv) {
             MPI_Finalize();
             return 2;
         }
+    }
+
+    const workload *selected[64];
+    int nselected = 0;
+    if (argc == 3) {
+        nselected = select_workloads(argv[2], selected, (int)(sizeof selected / sizeof selected[0]));
+        if (nselected < 0) {
+            MPI_Finalize();
+            return 2;
+        }
+    } else {
+        for (size_t i = 0; i < NWORKLOADS; i++)
+            if (!workloads[i].named_only)
+                selected[nselected++] = &workloads[i];
     }
 
     if (g_rank == 0) {
@@ -448,11 +508,11 @@ int main(int argc, char **argv) {
         printf("# workload median_ns min_ns max_ns repeats\n");
         fflush(stdout);
     }
-    for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++) {
-        int repeats = (int)llround((double)workloads[i].repeats * scale);
+    for (int i = 0; i < nselected; i++) {
+        int repeats = (int)llround((double)selected[i]->repeats * scale);
         if (repeats < 1)
             repeats = 1;
-        run_workload(&workloads[i], repeats);
+        run_workload(selected[i], repeats);
     }
     MPI_Finalize();
     return 0;

@@ -13,7 +13,12 @@
 // It needs root, iproute2 (ip, tc) and Open MPI's mpirun; bench/compare-netns.sh
 // checks for them, builds what it needs and runs it. Usage:
 //
-//	nsbench -starbench PATH -mpibench PATH [-ranks 4] [-rate 1gbit] [-runs 3] [-repeats-scale 1]
+//	nsbench -starbench PATH -mpibench PATH [-ranks 4] [-rate 1gbit] [-runs 3] [-repeats-scale 1] [-workloads NAME,...]
+//
+// -workloads names the workloads to run, in that order (starbench's
+// --workloads; mpi_bench's second argument): by default the standard ones;
+// allreduce-64MiB, whose bound is rank 0's (R-1)·64 MiB in each direction,
+// runs only when named.
 //
 // Open MPI runs across the namespaces through a remote-shell agent that
 // "logs in" to a host by entering its namespace (plm_rsh_agent), with
@@ -51,6 +56,7 @@ const (
 	cutBytes    = 25_000 * 8
 	trialBytes  = 262_144 * 8
 	bigBytes    = 2_097_152 * 8
+	reduceBytes = 8_388_608 * 8
 	cutsPerIter = 119
 	port        = 29500
 )
@@ -67,6 +73,7 @@ type options struct {
 	ranks, runs         int
 	rate                string
 	scale               float64
+	workloads           string
 }
 
 func run() error {
@@ -77,6 +84,7 @@ func run() error {
 	flag.IntVar(&o.runs, "runs", 3, "interleaved rounds of the three sides")
 	flag.StringVar(&o.rate, "rate", "1gbit", `each host link's cap, in tc's units ("1gbit", "500mbit"); "none" for no cap`)
 	flag.Float64Var(&o.scale, "repeats-scale", 1, "starbench's --repeats-scale (mpi_bench's argument)")
+	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workloads to run, in that order (default: the standard ones); allreduce-64MiB only when named")
 	flag.Parse()
 	switch {
 	case o.starbench == "" || o.mpibench == "":
@@ -85,6 +93,8 @@ func run() error {
 		return fmt.Errorf("-ranks must be 2 to 16, got %d", o.ranks)
 	case o.runs < 1:
 		return fmt.Errorf("-runs must be at least 1, got %d", o.runs)
+	case o.workloads != "" && !validList(o.workloads):
+		return fmt.Errorf("-workloads %q: want workload names separated by commas (allgatherv-cuts,allreduce-64MiB)", o.workloads)
 	}
 	bps, err := parseRate(o.rate)
 	if err != nil {
@@ -201,6 +211,9 @@ func runStarbench(ctx context.Context, n *netns.Net, o options, raw bool) (map[s
 	if raw {
 		args = append(args, "--raw")
 	}
+	if o.workloads != "" {
+		args = append(args, "--workloads", o.workloads)
+	}
 	outs := make([]bytes.Buffer, o.ranks)
 	errs := make([]error, o.ranks)
 	var wg sync.WaitGroup
@@ -249,6 +262,9 @@ func runMPI(ctx context.Context, n *netns.Net, o options, mpirun, agent string) 
 		"--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
 		"--mca", "mpi_yield_when_idle", "1",
 		"-np", strconv.Itoa(o.ranks), o.mpibench, strconv.FormatFloat(o.scale, 'g', -1, 64)}
+	if o.workloads != "" {
+		args = append(args, o.workloads)
+	}
 	cmd := n.CommandContext(ctx, 0, mpirun, args...)
 	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
 		"OMPI_MCA_btl_base_warn_component_unused=0")
@@ -290,8 +306,24 @@ func starBound(w string, r int) float64 {
 		return gather(bigBytes)
 	case "sddp-iteration":
 		return gather(trialBytes) + cutsPerIter*gather(cutBytes)
+	case "allreduce-64MiB":
+		// Rank 0 receives every worker's contribution and sends each the
+		// result: (R-1)·n each way over its full-duplex link.
+		return float64(r-1) * reduceBytes
 	}
 	return 0
+}
+
+// validList reports whether s is a comma-separated list of names made of
+// letters, digits and hyphens (what starbench and mpi_bench accept as
+// workload names; they reject unknown ones themselves).
+func validList(s string) bool {
+	for name := range strings.SplitSeq(s, ",") {
+		if name == "" || strings.TrimLeft(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func median(v []float64) float64 {

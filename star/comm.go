@@ -671,6 +671,11 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 	if errors.As(err, &le) {
 		peer, err = le.peer, le.err
 	}
+	if co, ok := c.role.(*coordinator); ok && peer > 0 && peer < len(co.byRank) {
+		// A worker that failed said why on its control session (msgFailed)
+		// and may have exited before its data link's Abort went out.
+		err = c.sessionWords(co.byRank[peer].ctl.Load(), err)
+	}
 	var ab *AbortError
 	if c.rank == 0 && errors.As(err, &ab) && ab.From > 0 && ab.From < c.size {
 		// A worker's Abort read on its control session (see peerFailed)

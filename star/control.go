@@ -126,9 +126,10 @@ type control struct {
 	stopped  chan struct{}
 	stopOnce sync.Once
 	// aborted gets a token when the coordinator's Abort was read (on a
-	// worker), msgsDone closes when the reader of messages ends (msgsErr
-	// is then why): what a worker whose data link ended waits for (see
-	// worker.controlLastWords).
+	// worker) or the worker's news that it failed (msgFailed, on the
+	// coordinator), msgsDone closes when the reader of messages ends
+	// (msgsErr is then why): what a rank whose data link ended waits for
+	// (see Comm.sessionWords).
 	aborted  chan struct{}
 	msgsDone chan struct{}
 	msgsErr  error
@@ -634,6 +635,10 @@ func (ctl *control) readWorkerMessages() {
 			ab := parseAbort(ctl.peer, body[8:])
 			ab.away, _ = ctl.c.away(time.Now()) // whether this rank was away as it came
 			ctl.c.peerFailed(ctl.peer, binary.BigEndian.Uint64(body), ab)
+			select {
+			case ctl.aborted <- struct{}{}: // see Comm.sessionWords
+			default:
+			}
 		}
 	})
 }

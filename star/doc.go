@@ -412,7 +412,15 @@
 //     would otherwise leave the others' collective to wait for the
 //     slowest rank and succeed, or, if its process exits at once, be
 //     found only at Liveness. The coordinator fails that collective on
-//     every rank at once, naming the worker (see Comm.peerFailed). With
+//     every rank at once, naming the worker (see Comm.peerFailed). A
+//     worker whose process exits the moment its collective returns may
+//     end its data link before that link's Abort is out, and a
+//     coordinator reading that link (a stopped one that resumes reads
+//     both connections at once) can see the link's end first: it then
+//     waits up to 100 ms (lastWordsWait) for the session's kind 4, or its
+//     end, and reports the worker's reason rather than a closed
+//     connection (see Comm.sessionWords; a worker does the same for the
+//     coordinator's Abort). With
 //     Config.CheckCollectives each worker sends the fingerprint of each
 //     collective here before its data (kind 2: sequence number,
 //     operation, element type, counts or length, root, reduce op); the

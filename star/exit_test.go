@@ -474,3 +474,61 @@ func TestCloseAfterIOSparesResults(t *testing.T) {
 		collectiveFailed(t, err, 0)
 	})
 }
+
+// TestWorkerToldWhyThenExited: worker 1's context is cancelled while its
+// Ready is stuck on its data link (a slow link: rank 0 is still reading it
+// for that Ready). The worker says why on its control session, and its
+// process ends the instant its barrier returns, before its data link's
+// Abort could go out. Rank 0, whose reads of that control session are held
+// up a little, reads the data link's end first: it must still name the
+// worker's own cause (its context), as when the message comes first, not
+// report a peer that closed its connection.
+func TestWorkerToldWhyThenExited(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		s := faulty.NewScript(
+			// Worker 1's writes on its data link wait from its test
+			// barrier's Ready (frame 2: the handshake, the warm-up's Ready,
+			// then this one) on, its Abort too.
+			faulty.Fault{Kind: faulty.Delay, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 2, Delay: time.Hour},
+			faulty.Fault{Kind: faulty.Crash, Rank: 1, Link: -1, Manual: true, WholeRank: true},
+			faulty.Fault{Kind: faulty.Delay, Rank: 0, Link: 1, Control: true, Dir: faulty.Read, Manual: true, Delay: 50 * time.Millisecond},
+		)
+		comms := startFaulty(t, 3, 64<<10, time.Hour, 10*time.Second, s)
+		defer testkit.CloseAll(comms)
+		warmUp(t, comms)
+
+		errs := make([]error, 3)
+		ended := make([]time.Time, 3)
+		var wg sync.WaitGroup
+		for r := range 3 {
+			if r == 1 {
+				continue
+			}
+			wg.Go(func() {
+				errs[r] = comms[r].Barrier(context.Background())
+				ended[r] = time.Now()
+			})
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			synctest.Wait() // every rank in the barrier, worker 1 writing its Ready
+			s.Fire(0)       // rank 0's reads of worker 1's control session lag
+			cancel()
+		}()
+		errs[1] = comms[1].Barrier(ctx)
+		s.Fire(1) // the process ends at once
+		exited := time.Now()
+		wg.Wait()
+
+		// Rank 0 waited for the worker's message, not longer.
+		assert.LessOrEqual(t, ended[0].Sub(exited), 50*time.Millisecond, "rank 0 failed %v after the exit", ended[0].Sub(exited))
+
+		assert.ErrorIs(t, errs[1], context.Canceled)
+		for _, r := range []int{0, 2} {
+			cf := collectiveFailed(t, errs[r], 1)
+			assert.Contains(t, cf.Message, "context", "rank %d names worker 1's own cause", r)
+			assert.NotContains(t, cf.Message, "closed by the peer", "rank %d", r)
+		}
+		assert.Equal(t, 3, s.Fired())
+	})
+}

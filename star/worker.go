@@ -202,10 +202,20 @@ func (w *worker) sender() {
 // Abort: a coordinator that cuts a frame short (see relay), or that fails
 // while this rank's frame is still going out, sends its Abort out of band
 // before it ends the data link, but the two connections race to this
-// rank. It waits for that Abort at most lastWordsWait, and not at
-// all once the control session has ended (a coordinator that crashed).
+// rank (see Comm.sessionWords).
 func (w *worker) controlLastWords(err error) error {
-	ctl := w.up.ctl.Load()
+	return w.c.sessionWords(w.up.ctl.Load(), err)
+}
+
+// sessionWords returns the peer's account of a failure, an Abort that
+// its control session ctl carried (c.pending then holds it), in place of
+// err when err shows that the peer ended the data link (closed or reset):
+// a rank that fails tells its peer on both connections and may exit at
+// once, and the two race to the peer; a rank that was stopped reads both
+// at once when it resumes. It waits for that Abort at most lastWordsWait,
+// and not at all once the control session has ended (its messages are
+// then all read: a rank that crashed) or when there is none.
+func (c *Comm) sessionWords(ctl *control, err error) error {
 	if ctl == nil || !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || peerGone(err)) {
 		return err
 	}
@@ -216,9 +226,9 @@ func (w *worker) controlLastWords(err error) error {
 	case <-ctl.msgsDone:
 	case <-t.C:
 	}
-	w.c.stateMu.Lock()
-	pending := w.c.pending
-	w.c.stateMu.Unlock()
+	c.stateMu.Lock()
+	pending := c.pending
+	c.stateMu.Unlock()
 	var ab *AbortError
 	if errors.As(pending, &ab) {
 		return ab

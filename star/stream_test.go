@@ -400,3 +400,107 @@ func TestDuplexFrozenAfterFrame(t *testing.T) {
 		assert.InDelta(t, float64(want), float64(failedAt), float64(time.Millisecond), "when the worker fails: %v", failedAt)
 	})
 }
+
+// TestStreamedOverlapSlowLowerRank: a streamed allreduce whose replies
+// overlap the reduction (every worker has a control session), with frames
+// under duplexMin (512 KiB here, as is every frame of an allreduce of
+// under 4 MiB per rank that rank 0 streams, with 17 or more workers).
+// Rank 1's frame stalls twice for 0.52 of the timeout. Rank 0 reduces in
+// rank order, so every frame waits on rank 1, 1.04 timeouts in all, while
+// rank 0's relay writers have begun the reply: the workers must read it
+// while they write, whatever their frame's size. Written whole first, a
+// frame that does not fit in the buffers held rank 0's writer in one write
+// for all that time, which timed out and named that worker, a healthy one.
+// Every rank must succeed or name rank 1. Three runs of six ranks.
+func TestStreamedOverlapSlowLowerRank(t *testing.T) {
+	const timeout = 10 * time.Second
+	const n = 64 << 10 // float64: 512 KiB per rank, < duplexMin
+	counts, restore := countStreams()
+	defer restore()
+	defer star.SetStream(1, 4096)()
+	for run := range 3 {
+		t.Run(fmt.Sprintf("run=%d", run), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				stall := 52 * timeout / 100
+				s := faulty.NewScript(
+					faulty.Fault{Kind: faulty.Delay, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 300 << 10, Delay: stall},
+					faulty.Fault{Kind: faulty.Delay, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 400 << 10, Delay: stall},
+				)
+				comms, err := testkit.StartStar(context.Background(), testkit.NewPipeNetwork(), 6, func(c *star.Config) {
+					c.Timeout = timeout
+					if c.Listener != nil {
+						c.Listener = s.WrapListener(c.Listener)
+					}
+					if c.Dialer != nil {
+						c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+					}
+				})
+				require.NoError(t, err)
+				defer testkit.CloseAll(comms)
+				synctest.Wait() // every control session up
+				streams, replies := counts.streams.Load(), counts.replies.Load()
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					send := make([]float64, n)
+					for i := range send {
+						send[i] = float64(c.Rank()*n + i)
+					}
+					return comm.Allreduce(context.Background(), c, send, make([]float64, n), comm.Sum)
+				})
+				assert.Equal(t, 2, s.Fired(), "both stalls")
+				assert.Equal(t, streams+1, counts.streams.Load(), "streamed")
+				assert.Equal(t, replies+1, counts.replies.Load(), "replies overlapping the reduction")
+				for _, err := range errs {
+					if err != nil {
+						collectiveFailed(t, err, 1)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestStreamedOverlapHangNamesHungRank: in a streamed allreduce whose
+// replies overlap the reduction, with frames under duplexMin, rank 1's
+// data link goes silent in the middle of its frame (0.4 s after a short
+// delay). Rank 0's reader of rank 1 times out a timeout after rank 1's
+// last byte, and every rank must fail naming rank 1. With workers that
+// wrote their whole frame before reading the reply, rank 0's relay
+// writers, blocked on them since before rank 1 stalled, timed out first
+// (armed earlier) and rank 0 named whichever worker's writer reported
+// first: a healthy one, in most runs. Three runs of six ranks.
+func TestStreamedOverlapHangNamesHungRank(t *testing.T) {
+	const timeout = 10 * time.Second
+	const n = 64 << 10 // float64: 512 KiB per rank, < duplexMin
+	defer star.SetStream(1, 4096)()
+	for run := range 3 {
+		t.Run(fmt.Sprintf("run=%d", run), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				s := faulty.NewScript(
+					faulty.Fault{Kind: faulty.Delay, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 280 << 10, Delay: 400 * time.Millisecond},
+					faulty.Fault{Kind: faulty.Hang, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 300 << 10},
+				)
+				comms, err := testkit.StartStar(context.Background(), testkit.NewPipeNetwork(), 6, func(c *star.Config) {
+					c.Timeout = timeout
+					if c.Listener != nil {
+						c.Listener = s.WrapListener(c.Listener)
+					}
+					if c.Dialer != nil {
+						c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
+					}
+				})
+				require.NoError(t, err)
+				defer testkit.CloseAll(comms)
+				synctest.Wait() // every control session up
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					return comm.Allreduce(context.Background(), c, make([]float64, n), make([]float64, n), comm.Sum)
+				})
+				assert.Equal(t, 2, s.Fired(), "the delay and the hang")
+				for r, err := range errs {
+					if r != 1 {
+						collectiveFailed(t, err, 1)
+					}
+				}
+			})
+		})
+	}
+}

@@ -51,7 +51,8 @@ type sendReq struct {
 
 // duplexMin is the least payload a worker writes while it reads the reply
 // (see exchangeDuplex): a frame that may not fit in the sockets' buffers
-// (4 MiB asked for on each side). A variable for tests.
+// (4 MiB asked for on each side). A streamed allreduce's frame is written
+// so whatever its size (see worker.allreduce). A variable for tests.
 var duplexMin = 4 << 20
 
 func newWorker(c *Comm, up *link) *worker {
@@ -135,13 +136,15 @@ func (w *worker) exchange(tag byte, extra, send []byte, want byte, parts ...[]by
 	return nil
 }
 
-// exchangeDuplex is exchange for a large frame, with a control session:
-// a goroutine of the worker's writes the frame while the collective's
-// goroutine reads the reply, which rank 0 may begin before it has read the
-// whole frame (a relayed allgatherv, a streamed allreduce's overlapped
-// reply: see the coordinator). Read one after the other, the reply would
-// wait in the sockets' buffers until the frame is out, and rank 0's
-// outgoing link with it. The wire is the same; the timeouts are too: while
+// exchangeDuplex is exchange for a large frame with a control session,
+// and for every streamed allreduce: a goroutine of the worker's writes the
+// frame while the collective's goroutine reads the reply, which rank 0 may
+// begin before it has read the whole frame (a relayed allgatherv, a
+// streamed allreduce's overlapped reply: see the coordinator). Read one
+// after the other, the reply would wait in the sockets' buffers until the
+// frame is out, and rank 0's outgoing link with it (and, when they are
+// full, its writer, in one write under one deadline). The wire is the
+// same; the timeouts are too: while
 // the frame is still going out, the reply's read does not time out (the
 // write's own deadline covers a rank 0 that takes nothing; a write that
 // fails other than by rank 0's end cuts the read short), so the reply gets
@@ -260,6 +263,14 @@ func (w *worker) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 		// rank's I/O a timeout from then on (see link.hereExtend).
 		w.up.streamed.Store(true)
 		defer w.up.streamed.Store(false)
+		// Its reply may begin before rank 0 has taken this frame, and
+		// rank 0 takes it only as fast as the lower ranks' data comes: a
+		// frame written whole before the reply is read (one under
+		// duplexMin, or before this rank's control session is up, which
+		// rank 0 may already have) would hold rank 0's relay writer in
+		// one write until then, and fail it, naming this rank, after a
+		// timeout. So it is always written while the reply is read.
+		return w.exchangeDuplex(TagAllreduceSend, w.op[:], send.Bytes, TagAllreduceRecv, recv.Bytes)
 	}
 	return w.exchange(TagAllreduceSend, w.op[:], send.Bytes, TagAllreduceRecv, recv.Bytes)
 }

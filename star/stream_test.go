@@ -426,16 +426,7 @@ func TestStreamedOverlapSlowLowerRank(t *testing.T) {
 					faulty.Fault{Kind: faulty.Delay, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 300 << 10, Delay: stall},
 					faulty.Fault{Kind: faulty.Delay, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 400 << 10, Delay: stall},
 				)
-				comms, err := testkit.StartStar(context.Background(), testkit.NewPipeNetwork(), 6, func(c *star.Config) {
-					c.Timeout = timeout
-					if c.Listener != nil {
-						c.Listener = s.WrapListener(c.Listener)
-					}
-					if c.Dialer != nil {
-						c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
-					}
-				})
-				require.NoError(t, err)
+				comms := startFaulty(t, 6, 0, timeout, 10*time.Second, s)
 				defer testkit.CloseAll(comms)
 				synctest.Wait() // every control session up
 				streams, replies := counts.streams.Load(), counts.replies.Load()
@@ -479,16 +470,7 @@ func TestStreamedOverlapHangNamesHungRank(t *testing.T) {
 					faulty.Fault{Kind: faulty.Delay, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 280 << 10, Delay: 400 * time.Millisecond},
 					faulty.Fault{Kind: faulty.Hang, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 1, Offset: 300 << 10},
 				)
-				comms, err := testkit.StartStar(context.Background(), testkit.NewPipeNetwork(), 6, func(c *star.Config) {
-					c.Timeout = timeout
-					if c.Listener != nil {
-						c.Listener = s.WrapListener(c.Listener)
-					}
-					if c.Dialer != nil {
-						c.Dialer = s.WrapDialer(c.Dialer, c.Rank)
-					}
-				})
-				require.NoError(t, err)
+				comms := startFaulty(t, 6, 0, timeout, 10*time.Second, s)
 				defer testkit.CloseAll(comms)
 				synctest.Wait() // every control session up
 				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {

@@ -62,6 +62,8 @@ RUNS=$((10#$RUNS))
 [[ $SHM == 0 || $SHM == 1 ]] || die "SHM must be 0 or 1, got '$SHM'"
 [[ -z $WORKLOADS || $WORKLOADS =~ ^[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*$ ]] ||
 	die "WORKLOADS must be workload names separated by commas (allgatherv-cuts,allreduce-64MiB), got '$WORKLOADS'"
+[[ ,$WORKLOADS, != *,late-* ]] ||
+	die "WORKLOADS: the late-* workloads have no MPI side; run them with starbench alone (starbench -n 4 --workloads late-1ms)"
 # The workload selection, for starbench's command line and mpi_bench's.
 star_sel=()
 mpi_sel=()

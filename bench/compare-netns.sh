@@ -53,6 +53,8 @@ WORKLOADS=${WORKLOADS:-}
 
 [[ -z $WORKLOADS || $WORKLOADS =~ ^[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*$ ]] ||
 	die "WORKLOADS must be workload names separated by commas (allgatherv-cuts,allreduce-64MiB), got '$WORKLOADS'"
+[[ ,$WORKLOADS, != *,late-* ]] ||
+	die "WORKLOADS: the late-* workloads have no MPI side; run them with starbench alone (starbench -n 4 --workloads late-1ms)"
 
 ((EUID == 0)) || die "needs root (it creates network namespaces); run it as root"
 [[ $(uname -s) == Linux ]] || die "needs Linux network namespaces"

@@ -103,6 +103,13 @@ type link struct {
 	// wdirty is set while a frame is partly written: the stream can then no
 	// longer carry another frame, so no Abort is sent on it.
 	wdirty bool
+	// wcallMax, when positive, caps what one write call of a frame takes
+	// (chunk otherwise): a worker's frame of a streamed allreduce, which
+	// rank 0 takes a chunk at a time as the lower ranks' data comes (see
+	// worker.allreduce). Each call's deadline is armed as it begins, so a
+	// call waits through one of rank 0's waits for a lower rank, not
+	// several.
+	wcallMax int
 
 	// reqs feeds the link's goroutine on the coordinator (see
 	// coordinator), wreqs its relay writer (see relay); nil elsewhere.
@@ -543,7 +550,12 @@ func (l *link) sendFrame(tag byte, extra []byte, parts ...[]byte) error {
 // alignedStageMax describes goes through writeStaged, and a larger one
 // starts with the lead that leadFrag describes.
 func (l *link) writeAll(hdr []byte, parts [][]byte) error {
-	if l.direct {
+	if l.direct && l.wcallMax > 0 {
+		// Small calls: no stage, no lead (see wcallMax).
+		if done, err := l.tryApart(hdr, parts); done {
+			return err
+		}
+	} else if l.direct {
 		n := len(hdr)
 		for _, p := range parts {
 			n += len(p)
@@ -834,16 +846,20 @@ func (l *link) writeStagedFrame(frame []byte) error {
 const pageSize = 4096
 
 // writeChunks writes bufs (which it consumes) in calls of at most chunk
-// bytes.
+// bytes (wcallMax, when set and smaller).
 func (l *link) writeChunks(bufs [][]byte) error {
+	most := chunk
+	if l.wcallMax > 0 {
+		most = min(most, l.wcallMax)
+	}
 	for len(bufs) > 0 {
-		// Take up to chunk bytes from the front of bufs.
+		// Take up to most bytes from the front of bufs.
 		batch := l.batch[:0]
 		size := 0
-		for len(bufs) > 0 && size < chunk {
+		for len(bufs) > 0 && size < most {
 			b := bufs[0]
-			if size+len(b) > chunk {
-				b = b[:chunk-size]
+			if size+len(b) > most {
+				b = b[:most-size]
 				bufs[0] = bufs[0][len(b):]
 			} else {
 				bufs = bufs[1:]

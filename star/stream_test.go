@@ -313,18 +313,19 @@ func TestArrivalSkew(t *testing.T) {
 	const timeout = 10 * time.Second
 	counts, restore := countStreams()
 	defer restore()
+	allreduce := func(c comm.Communicator) error {
+		return comm.Allreduce(context.Background(), c, make([]float64, 100), make([]float64, 100), comm.Sum)
+	}
 	for _, tc := range []struct {
-		name   string
-		stream int // streamMin: 1 streams, 1<<30 stores
-		run    func(c comm.Communicator) error
+		name      string
+		stream    int  // streamMin: 1 streams, 1<<30 stores
+		noSession bool // the control sessions off
+		run       func(c comm.Communicator) error
 	}{
-		{"allreduce-stored", 1 << 30, func(c comm.Communicator) error {
-			return comm.Allreduce(context.Background(), c, make([]float64, 100), make([]float64, 100), comm.Sum)
-		}},
-		{"allreduce-streamed", 1, func(c comm.Communicator) error {
-			return comm.Allreduce(context.Background(), c, make([]float64, 100), make([]float64, 100), comm.Sum)
-		}},
-		{"allgatherv-relayed", 1 << 30, func(c comm.Communicator) error {
+		{"allreduce-stored", 1 << 30, false, allreduce},
+		{"allreduce-streamed", 1, false, allreduce},
+		{"allreduce-stored-no-sessions", 1 << 30, true, allreduce},
+		{"allgatherv-relayed", 1 << 30, false, func(c comm.Communicator) error {
 			const n = 40_000 // 1.28 MB in all: relayed
 			return comm.Allgatherv(context.Background(), c, make([]float64, n), make([]float64, 4*n), []int{n, n, n, n}, []int{0, n, 2 * n, 3 * n})
 		}},
@@ -333,7 +334,12 @@ func TestArrivalSkew(t *testing.T) {
 			defer star.SetStream(tc.stream, 64)()
 			defer star.SetDuplexMin(1)()
 			testkit.SyncTest(t, func(t *testing.T) {
-				comms := inBubble(t, 4, withTimeout(timeout))
+				comms := inBubble(t, 4, func(c *star.Config) {
+					c.Timeout = timeout
+					if tc.noSession {
+						c.Liveness = -1
+					}
+				})
 				defer testkit.CloseAll(comms)
 				synctest.Wait() // every control session up
 				streams := counts.streams.Load()
@@ -345,7 +351,7 @@ func TestArrivalSkew(t *testing.T) {
 				for r, err := range errs {
 					assert.NoError(t, err, "rank %d", r)
 				}
-				if tc.name == "allreduce-streamed" {
+				if tc.stream == 1 {
 					assert.Equal(t, streams+1, counts.streams.Load(), "streamed")
 				}
 			})
@@ -482,6 +488,62 @@ func TestStreamedOverlapHangNamesHungRank(t *testing.T) {
 						collectiveFailed(t, err, 1)
 					}
 				}
+			})
+		})
+	}
+}
+
+// TestStreamedLowerRankStallsOften: rank 1's frame of a streamed allreduce
+// stalls four times for 0.52 of the timeout each (a slow link, every stall
+// within the timeout), with and without the control sessions. Rank 0 takes
+// the other frames only as fast as rank 1's data comes, so each of them
+// waits through all four stalls; but no link goes a timeout without
+// progress, and every rank must succeed. A worker used to write its frame
+// in calls of up to 4 MiB (here the whole 512 KiB frame in one), each
+// under one deadline armed as it began, which timed out in the third
+// stall and named rank 0 (see link.wcallMax). Six ranks.
+func TestStreamedLowerRankStallsOften(t *testing.T) {
+	const timeout = 10 * time.Second
+	const n = 64 << 10 // float64: 512 KiB per rank
+	counts, restore := countStreams()
+	defer restore()
+	defer star.SetStream(1, 4096)()
+	for _, liveness := range []time.Duration{10 * time.Second, -1} {
+		t.Run(fmt.Sprintf("liveness=%v", liveness), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				stall := 52 * timeout / 100
+				var faults []faulty.Fault
+				for _, at := range []int{300, 400, 450, 480} {
+					faults = append(faults, faulty.Fault{Kind: faulty.Delay, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 1, Offset: at << 10, Delay: stall})
+				}
+				s := faulty.NewScript(faults...)
+				comms := startFaulty(t, 6, 0, timeout, liveness, s)
+				defer testkit.CloseAll(comms)
+				synctest.Wait() // every control session up (if any)
+				streams := counts.streams.Load()
+				begin := time.Now()
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					send := make([]float64, n)
+					for i := range send {
+						send[i] = float64(c.Rank()*n + i)
+					}
+					recv := make([]float64, n)
+					if err := comm.Allreduce(context.Background(), c, send, recv, comm.Sum); err != nil {
+						return err
+					}
+					for i, v := range recv {
+						if want := float64(15*n + 6*i); v != want {
+							return fmt.Errorf("rank %d: recv[%d] = %v, want %v", c.Rank(), i, v, want)
+						}
+					}
+					return nil
+				})
+				for r, err := range errs {
+					assert.NoError(t, err, "rank %d", r)
+				}
+				assert.Equal(t, 4, s.Fired(), "the four stalls")
+				assert.Equal(t, streams+1, counts.streams.Load(), "streamed")
+				assert.GreaterOrEqual(t, time.Since(begin), 4*stall, "it waited through the stalls")
 			})
 		})
 	}

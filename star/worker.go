@@ -270,6 +270,14 @@ func (w *worker) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 		// rank 0 may already have) would hold rank 0's relay writer in
 		// one write until then, and fail it, naming this rank, after a
 		// timeout. So it is always written while the reply is read.
+		// And in calls of at most a chunk, each with its deadline armed
+		// as it begins (see link.wcallMax): a call then waits through one
+		// of rank 0's waits for a lower rank's data, not several. A call
+		// of up to 4 MiB (a whole frame of less) waited through them all,
+		// and timed out, naming rank 0, behind a lower rank whose link
+		// stalled several times, each time within the timeout.
+		w.up.wcallMax = streamChunkSize(w.c.size - 1)
+		defer func() { w.up.wcallMax = 0 }()
 		return w.exchangeDuplex(TagAllreduceSend, w.op[:], send.Bytes, TagAllreduceRecv, recv.Bytes)
 	}
 	return w.exchange(TagAllreduceSend, w.op[:], send.Bytes, TagAllreduceRecv, recv.Bytes)

@@ -108,8 +108,9 @@ type link struct {
 	// rank 0 takes a chunk at a time as the lower ranks' data comes (see
 	// worker.allreduce). Each call's deadline is armed as it begins, so a
 	// call waits through one of rank 0's waits for a lower rank, not
-	// several.
-	wcallMax int
+	// several. rcallMax does the same for the reads of the reply, and for
+	// the low-water mark they ask for (see readFull).
+	wcallMax, rcallMax int
 
 	// reqs feeds the link's goroutine on the coordinator (see
 	// coordinator), wreqs its relay writer (see relay); nil elsewhere.
@@ -942,8 +943,12 @@ func (l *link) readFull(p []byte, left int) error {
 		p = p[k:]
 		left -= k
 	}
+	most, mark := chunk, lowWaterMax
+	if l.rcallMax > 0 {
+		most, mark = min(most, l.rcallMax), min(mark, l.rcallMax)
+	}
 	for len(p) > 0 {
-		n := min(len(p), chunk)
+		n := min(len(p), most)
 		if err := l.arm(false); err != nil {
 			return err
 		}
@@ -961,7 +966,7 @@ func (l *link) readFull(p []byte, left int) error {
 			}
 			continue
 		}
-		if err := l.lw.SetReadLowWater(min(left, lowWaterMax)); err == nil {
+		if err := l.lw.SetReadLowWater(min(left, mark)); err == nil {
 			l.lowSet = true
 		} else if l.lowSet && l.lw.SetReadLowWater(1) == nil {
 			l.lowSet = false // a hint: without it, reads wake as data comes

@@ -410,8 +410,16 @@ func (co *coordinator) streamWrite(l *link) error {
 	l.wordsLater = false
 	var one [1][]byte
 	hdr := l.whdr[:HeaderSize]
+	// Each reduced chunk goes as soon as it is complete, whatever its size:
+	// the reply then moves whenever the reduction does, and a worker,
+	// which reads it in calls of at most a chunk (see worker.allreduce),
+	// sees it move as rank 0 sees the lower ranks' data move. (Pieces of
+	// relayStep, four chunks of 64 KiB at R = 257, made a worker wait
+	// through several of rank 0's waits on a slow lower rank at once, and
+	// time out naming rank 0.)
+	step := min(relayStep, streamChunkSize(len(co.workers)))
 	for sent := 0; sent < len(p); {
-		have, ok := rs.wait(0, min(len(p), sent+relayStep))
+		have, ok := rs.wait(0, min(len(p), sent+step))
 		if !ok {
 			return errCut
 		}

@@ -495,21 +495,28 @@ func TestStreamedOverlapHangNamesHungRank(t *testing.T) {
 
 // TestStreamedLowerRankStallsOften: rank 1's frame of a streamed allreduce
 // stalls four times for 0.52 of the timeout each (a slow link, every stall
-// within the timeout), with and without the control sessions. Rank 0 takes
-// the other frames only as fast as rank 1's data comes, so each of them
-// waits through all four stalls; but no link goes a timeout without
-// progress, and every rank must succeed. A worker used to write its frame
-// in calls of up to 4 MiB (here the whole 512 KiB frame in one), each
-// under one deadline armed as it began, which timed out in the third
-// stall and named rank 0 (see link.wcallMax). Six ranks.
+// within the timeout), with and without the control sessions, over pipes
+// that buffer nothing and over pipes whose buffers hold a whole frame.
+// Rank 0 takes the other frames, and sends the reply, only as fast as
+// rank 1's data comes, so each waits through all four stalls; but no link
+// goes a timeout without progress, and every rank must succeed. A worker
+// used to write its frame, and read its reply, in calls of up to 4 MiB
+// (here the whole 512 KiB in one), each under one deadline armed as it
+// began, and rank 0 sent the reply in pieces of 256 KiB: the call timed
+// out in the third stall and named rank 0 (see link.wcallMax,
+// coordinator.streamWrite). Six ranks.
 func TestStreamedLowerRankStallsOften(t *testing.T) {
 	const timeout = 10 * time.Second
 	const n = 64 << 10 // float64: 512 KiB per rank
 	counts, restore := countStreams()
 	defer restore()
 	defer star.SetStream(1, 4096)()
-	for _, liveness := range []time.Duration{10 * time.Second, -1} {
-		t.Run(fmt.Sprintf("liveness=%v", liveness), func(t *testing.T) {
+	for _, tc := range []struct {
+		liveness time.Duration
+		buffer   int // the pipes' buffers
+	}{{10 * time.Second, 0}, {-1, 0}, {10 * time.Second, 1 << 20}} {
+		liveness := tc.liveness
+		t.Run(fmt.Sprintf("liveness=%v/buffer=%d", liveness, tc.buffer), func(t *testing.T) {
 			testkit.SyncTest(t, func(t *testing.T) {
 				stall := 52 * timeout / 100
 				var faults []faulty.Fault
@@ -517,7 +524,7 @@ func TestStreamedLowerRankStallsOften(t *testing.T) {
 					faults = append(faults, faulty.Fault{Kind: faulty.Delay, Rank: 1, Link: 0, Dir: faulty.Write, Frame: 1, Offset: at << 10, Delay: stall})
 				}
 				s := faulty.NewScript(faults...)
-				comms := startFaulty(t, 6, 0, timeout, liveness, s)
+				comms := startFaulty(t, 6, tc.buffer, timeout, liveness, s)
 				defer testkit.CloseAll(comms)
 				synctest.Wait() // every control session up (if any)
 				streams := counts.streams.Load()

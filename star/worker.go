@@ -276,8 +276,10 @@ func (w *worker) allreduce(send, recv comm.View, op comm.ReduceOp) error {
 		// of up to 4 MiB (a whole frame of less) waited through them all,
 		// and timed out, naming rank 0, behind a lower rank whose link
 		// stalled several times, each time within the timeout.
+		// The reply comes at the same pace: its reads too.
 		w.up.wcallMax = streamChunkSize(w.c.size - 1)
-		defer func() { w.up.wcallMax = 0 }()
+		w.up.rcallMax = w.up.wcallMax
+		defer func() { w.up.wcallMax, w.up.rcallMax = 0, 0 }()
 		return w.exchangeDuplex(TagAllreduceSend, w.op[:], send.Bytes, TagAllreduceRecv, recv.Bytes)
 	}
 	return w.exchange(TagAllreduceSend, w.op[:], send.Bytes, TagAllreduceRecv, recv.Bytes)

@@ -276,6 +276,8 @@ func (co *coordinator) fan(links []*link, req request, cut bool) error {
 			switch req.kind {
 			case reqRead:
 				co.byRank[res.peer].arrive(seq)
+			case reqHeader:
+				co.byRank[res.peer].head(seq)
 			case reqWrite, reqWriteStaged, reqRest:
 				co.byRank[res.peer].deliver(seq, time.Now())
 			}

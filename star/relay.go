@@ -239,19 +239,31 @@ func (co *coordinator) relay(parts [][]byte) error {
 func (co *coordinator) relayRead(l *link) error {
 	p := l.rparts[0]
 	have := l.roff // what polling read before the relay began
+	// Each read is armed as readFull arms a stored frame's: over a
+	// transport.LowWaterReader (TCP), every read; otherwise once for
+	// every chunk, which must all arrive before that deadline. A worker
+	// reads its reply so, a chunk under one deadline (plus its reply
+	// margin): a reader that gave the peer a fresh timeout after every
+	// read let a rank that sent slowly and then hung outlast the
+	// workers' deadlines, and every worker then named rank 0.
+	end := have // the end of the chunk armed last
 	for have < len(p) {
-		if err := l.arm(false); err != nil {
-			l.endRead()
-			co.rs.doneReading(l, false)
-			return unexpectedEOF(err)
+		if have >= end || l.lw != nil {
+			if err := l.arm(false); err != nil {
+				l.endRead()
+				co.rs.doneReading(l, false)
+				return unexpectedEOF(err)
+			}
+			end = min(len(p), have+chunk)
 		}
-		n, err := l.conn.Read(p[have:min(len(p), have+chunk)])
+		n, err := l.conn.Read(p[have:end])
 		if n > 0 {
 			have += n
 			co.rs.publish(l.peer, have)
 		}
 		if err != nil && have < len(p) {
 			if l.late(err) {
+				end = have // on under a fresh deadline
 				continue
 			}
 			l.endRead()

@@ -37,12 +37,20 @@ func (t *atomicTime) Load() time.Time   { return time.Unix(0, t.ns.Load()) }
 // progress is a link's part of the bookkeeping, on the coordinator.
 type progress struct {
 	arrived atomicSeq // the last collective whose frame from the worker arrived
-	done    atomicSeq // the last collective the worker took the result of
-	doneAt  atomicTime
+	// headed is the last collective whose frame's header arrived, in a
+	// relayed allgatherv or a streamed allreduce, which take the rest of
+	// every frame only once every header is in: until then a worker
+	// whose header is in is not waited for.
+	headed atomicSeq
+	done   atomicSeq // the last collective the worker took the result of
+	doneAt atomicTime
 }
 
 // arrive records that l's frame of collective seq arrived.
 func (l *link) arrive(seq uint64) { l.prog.arrived.Store(seq) }
+
+// head records that the header of l's frame of collective seq arrived.
+func (l *link) head(seq uint64) { l.prog.headed.Store(seq) }
 
 // deliver records that l's worker has the result of collective seq.
 func (l *link) deliver(seq uint64, now time.Time) {
@@ -85,9 +93,18 @@ func (c *Comm) current() (seq uint64, op string, start time.Time, running bool) 
 func (co *coordinator) stall(seq uint64, op string, start, now time.Time, verb string) string {
 	var missing, there []int
 	phase := "arrived"
+	// A worker whose header is in waits for the others' (see
+	// progress.headed): while some are missing, those are waited for.
 	for _, l := range co.workers {
-		if l.prog.arrived.Load() != seq {
+		if l.prog.arrived.Load() != seq && l.prog.headed.Load() != seq {
 			missing = append(missing, l.peer)
+		}
+	}
+	if len(missing) == 0 {
+		for _, l := range co.workers {
+			if l.prog.arrived.Load() != seq {
+				missing = append(missing, l.peer)
+			}
 		}
 	}
 	if len(missing) == 0 {

@@ -35,8 +35,8 @@ import (
 // byte is checked, each worker link's relay writer sends the
 // AllreduceRecv frame, its header at once and each reduced chunk as soon
 // as the last rank's part of it is in, so that rank 0's outgoing link
-// works while its incoming ones do; and a worker whose frame is large
-// writes it while it reads the reply (see worker.exchangeDuplex). Over a
+// works while its incoming ones do; and every worker writes its frame
+// while it reads the reply (see worker.allreduce). Over a
 // network an allreduce then takes about ·n on rank 0's link instead
 // of twice that. A failure after the first reply bytes went out cuts
 // those frames short, and the Abort goes on the control sessions, as in
@@ -63,7 +63,11 @@ import (
 // moments after start-up, while it opens) waits a timeout from its own
 // arrival: in a streamed allreduce it fails, naming rank 0, if a lower
 // rank comes more than a timeout after it, where the stored one would
-// wait. A worker that crashes while its link waits so is found when the
+// wait. A worker writes its frame, and reads its reply, in calls of at
+// most a chunk (see link.wcallMax), and streamWrite sends each reduced
+// chunk as soon as it is complete: a lower rank whose link stops several
+// times, each within the timeout, delays the others without failing them.
+// A worker that crashes while its link waits so is found when the
 // reducer gets to it, or by its control session (liveness, and the loss of
 // the session's connection), whichever comes first, not at once. Workers
 // that are all there and all send keep every link moving: each link is

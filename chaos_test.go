@@ -47,6 +47,9 @@ const (
 	// envChaosSessions, when set, is how many control sessions rank 0
 	// waits for before READY (default: one per worker).
 	envChaosSessions = "STARCOMM_TEST_CHAOS_SESSIONS"
+	// envChaosIters, when set, makes the child print "ITER N" after each
+	// completed iteration N.
+	envChaosIters = "STARCOMM_TEST_CHAOS_ITERS"
 )
 
 // Exit codes of a chaos child.
@@ -129,11 +132,15 @@ func chaosChild(mode string) int {
 		return chaosReport(mode, err, 0)
 	}
 	ready, _ := strconv.Atoi(os.Getenv(envChaosReady))
+	iters := os.Getenv(envChaosIters) != ""
 	printed := false
 	for i := 1; ; i++ {
 		begin := time.Now()
 		if err := step(ctx, i); err != nil {
 			return chaosReport(mode, err, time.Since(begin))
+		}
+		if iters {
+			fmt.Printf("ITER %d ms=%d\n", i, time.Since(begin).Milliseconds())
 		}
 		if !printed && ready > 0 && i >= ready && sessions() {
 			fmt.Printf("READY iter=%d\n", i)

@@ -282,6 +282,52 @@ func TestMultihostSessionlessCut(t *testing.T) {
 	}
 }
 
+// TestMultihostSlowRankStreamed: a loop of streamed allreduces (24 MiB per
+// rank, so ·n is 72 MiB) over four hosts, collective timeout 2 s,
+// control sessions up; then rank 1's host link is capped at 20 Mbit/s
+// (its 24 MiB take about 10 s each way, 1 MiB in 0.42 s). Rank 0 takes
+// the other workers' frames, and sends the replies, only as fast as rank
+// 1's data comes, but every link moves well within the timeout: two more
+// allreduces complete on every rank, each result checked. Workers that
+// wrote their frame in calls of up to 4 MiB waited in one call through
+// several of rank 1's megabytes, and failed naming rank 0 in the first
+// capped allreduce.
+func TestMultihostSlowRankStreamed(t *testing.T) {
+	skipUnlessNetns(t, false)
+	const size, slow = 4, 1
+	n := newHosts(t, size, netns.Options{Names: hostNames(size)})
+	// Two allreduces under the cap take about 20 s: more than
+	// chaosWatchdog gives.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	procs := startChaosCmds(t, repeat(modeStreamed, size), func(r int) *exec.Cmd {
+		cmd := n.SelfCommand(r)
+		cmd.Env = hostEnv("node0", "COBRE_TCP_LIVENESS_SECS=10")
+		return cmd
+	}, "COBRE_TCP_TIMEOUT_SECS=2", envChaosReady+"=2", envChaosIters+"=1")
+	for _, p := range procs {
+		p.await(t, ctx, "READY ")
+	}
+	require.NoError(t, n.Limit(slow, "20mbit"), "cap host %d", slow)
+	capped := time.Now()
+	for _, p := range procs {
+		// The first allreduce that ends after the cap may have begun
+		// before it; the second began under it.
+		for done := 0; done < 2; {
+			l := p.await(t, ctx, "")
+			if strings.HasPrefix(l.text, "RESULT ") {
+				t.Fatalf("rank %d failed under the cap: %s\n%s", p.rank, parseResult(t, l).msg, p.dump())
+			}
+			var i, ms int
+			if _, err := fmt.Sscanf(l.text, "ITER %d ms=%d", &i, &ms); err != nil || !l.at.After(capped) {
+				continue
+			}
+			done++
+			t.Logf("rank %d: allreduce %d ended under the cap after %d ms", p.rank, i, ms)
+		}
+	}
+}
+
 // TestMultihostBindAddr: host 0 has two interfaces, eth0 (network 0, name
 // node0) and eth1 (network 1, name node0-mgmt), and the coordinator binds
 // eth0's address only (COBRE_TCP_BIND_ADDR):

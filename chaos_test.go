@@ -25,6 +25,7 @@ import (
 	"github.com/starcomm/starcomm"
 	"github.com/starcomm/starcomm/comm"
 	"github.com/starcomm/starcomm/star"
+	"github.com/starcomm/starcomm/testkit"
 )
 
 // Chaos tests: every rank is a separate OS process (this test binary re-run
@@ -191,7 +192,7 @@ const modeStreamed = "allreduce-streamed"
 
 // errWrongResult is the cause when a collective returns data that is not
 // what every rank sent.
-var errWrongResult = errors.New("wrong result")
+var errWrongResult = testkit.ErrWrongResult
 
 // chaosStep returns iteration i of the loop of mode, which checks what it
 // receives.
@@ -222,36 +223,15 @@ func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i in
 			return nil
 		}, nil
 	case comm.OpAllreduce:
-		return allreduceStep(c, 4), nil
+		return testkit.AllreduceStep(c, 4), nil
 	case comm.OpBarrier:
 		return func(ctx context.Context, _ int) error { return c.Barrier(ctx) }, nil
 	case modeStreamed:
 		// 24 MiB per rank: over 4 ranks ·n is 72 MiB, so rank 0
 		// streams the reduction (over 64 MiB).
-		return allreduceStep(c, 24<<20/8), nil
+		return testkit.AllreduceStep(c, 24<<20/8), nil
 	}
 	return nil, fmt.Errorf("unknown %s %q", envChaosChild, mode)
-}
-
-// allreduceStep is iteration i of a loop of allreduce sums of n int64s,
-// each result checked.
-func allreduceStep(c comm.Communicator, n int) func(ctx context.Context, i int) error {
-	rank, size := c.Rank(), c.Size()
-	send, recv := make([]int64, n), make([]int64, n)
-	return func(ctx context.Context, i int) error {
-		for k := range send {
-			send[k] = int64(rank + i + k)
-		}
-		if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
-			return err
-		}
-		for k := range recv {
-			if want := int64(size*(i+k) + size*(size-1)/2); recv[k] != want {
-				return fmt.Errorf("%w: iteration %d, element %d is %d, want %d", errWrongResult, i, k, recv[k], want)
-			}
-		}
-		return nil
-	}
 }
 
 // chaosReport prints the RESULT line for err, which op returned after

@@ -199,9 +199,32 @@ func shmDone(c comm.Communicator, iters int) int {
 	return ShmExitOK
 }
 
-// errWrongResult is the cause when a collective returns data that is not
-// what every rank sent.
-var errWrongResult = errors.New("wrong result")
+// ErrWrongResult is the cause when a collective of a test program's loop
+// (see AllreduceStep) returns data that is not what every rank sent.
+var ErrWrongResult = errors.New("wrong result")
+
+// AllreduceStep returns iteration i of a test program's loop of allreduce
+// sums of n int64s on c: every rank sends rank+i+k as element k, and the
+// result is checked element by element (an error wrapping ErrWrongResult
+// names the first wrong one).
+func AllreduceStep(c comm.Communicator, n int) func(ctx context.Context, i int) error {
+	rank, size := c.Rank(), c.Size()
+	send, recv := make([]int64, n), make([]int64, n)
+	return func(ctx context.Context, i int) error {
+		for k := range send {
+			send[k] = int64(rank + i + k)
+		}
+		if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
+			return err
+		}
+		for k := range recv {
+			if want := int64(size*(i+k) + size*(size-1)/2); recv[k] != want {
+				return fmt.Errorf("%w: iteration %d, element %d is %d, want %d", ErrWrongResult, i, k, recv[k], want)
+			}
+		}
+		return nil
+	}
+}
 
 // shmStep returns iteration i of the loop of mode, which checks what it
 // receives.
@@ -224,27 +247,13 @@ func shmStep(mode string, c comm.Communicator) (func(ctx context.Context, i int)
 			for r := range size {
 				want := float64(r*1_000_000 + i)
 				if recv[r*n] != want || recv[r*n+n/2] != want || recv[r*n+n-1] != want {
-					return fmt.Errorf("%w: iteration %d, region of rank %d holds %v, want %v", errWrongResult, i, r, recv[r*n], want)
+					return fmt.Errorf("%w: iteration %d, region of rank %d holds %v, want %v", ErrWrongResult, i, r, recv[r*n], want)
 				}
 			}
 			return nil
 		}, nil
 	case comm.OpAllreduce:
-		send, recv := make([]int64, 4), make([]int64, 4)
-		return func(ctx context.Context, i int) error {
-			for k := range send {
-				send[k] = int64(rank + i + k)
-			}
-			if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
-				return err
-			}
-			for k := range recv {
-				if want := int64(size*(i+k) + size*(size-1)/2); recv[k] != want {
-					return fmt.Errorf("%w: iteration %d, element %d is %d, want %d", errWrongResult, i, k, recv[k], want)
-				}
-			}
-			return nil
-		}, nil
+		return AllreduceStep(c, 4), nil
 	case comm.OpBroadcast:
 		buf := make([]uint8, 10_240)
 		return func(ctx context.Context, i int) error {
@@ -260,7 +269,7 @@ func shmStep(mode string, c comm.Communicator) (func(ctx context.Context, i int)
 			}
 			for k := range buf {
 				if buf[k] != uint8(i+k) {
-					return fmt.Errorf("%w: iteration %d, byte %d is %d", errWrongResult, i, k, buf[k])
+					return fmt.Errorf("%w: iteration %d, byte %d is %d", ErrWrongResult, i, k, buf[k])
 				}
 			}
 			return nil
@@ -285,7 +294,7 @@ func shmReport(op string, err error, d time.Duration) int {
 		exit  = ShmExitOther
 	)
 	switch {
-	case errors.Is(err, errWrongResult):
+	case errors.Is(err, ErrWrongResult):
 		typ = "WrongResult"
 	case errors.As(err, &cf):
 		typ, rank, code, exit = "CollectiveFailed", cf.Rank, cf.Code, ShmExitExpected

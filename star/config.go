@@ -139,8 +139,20 @@ func DefaultConfig() Config {
 	}
 }
 
-// withDefaults fills zero durations with the defaults.
+// MaxDuration is the longest duration a Config field takes: a longer one
+// (up to the largest time.Duration, a program's "no timeout") counts as
+// MaxDuration, 10 years, which is no timeout in practice. The protocol
+// adds margins to its timeouts (Timeout + min(Timeout/2, 500 ms), its
+// slack, ConnectTimeout + its margin) and takes fractions of Liveness
+// (Liveness*8/10): beyond this, that arithmetic would overflow.
+const MaxDuration = 10 * 365 * 24 * time.Hour
+
+// withDefaults fills zero durations with the defaults, and caps every
+// duration at MaxDuration.
 func (c Config) withDefaults() Config {
+	for _, f := range []*time.Duration{&c.Timeout, &c.ConnectTimeout, &c.HandshakeTimeout, &c.ShutdownTimeout, &c.Spin, &c.Liveness, &c.StallReport} {
+		*f = min(*f, MaxDuration)
+	}
 	d := DefaultConfig()
 	if c.Timeout == 0 {
 		c.Timeout = d.Timeout

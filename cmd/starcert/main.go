@@ -50,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	dir := fs.String("dir", "", "directory to write the files to (required)")
 	ranks := fs.Int("ranks", 4, "number of rank certificates, rank-0 to rank-(N-1)")
 	hosts := fs.String("hosts", "localhost,127.0.0.1,::1", "comma-separated DNS names and IP addresses every certificate is valid for: the names workers dial to reach rank 0 (COBRE_TCP_COORDINATOR)")
-	days := fs.Int("days", 30, "validity in days, from an hour ago")
+	days := fs.Int("days", 30, "validity in days, from an hour ago, 1..36500 (100 years)")
 	caCert := fs.String("ca-cert", "", "issue from this existing CA certificate (PEM) instead of making a new CA; needs -ca-key")
 	caKey := fs.String("ca-key", "", "the existing CA's private key (PEM)")
 	fs.Usage = func() {
@@ -78,6 +78,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return bad("-ranks must be at least 1, got %d", *ranks)
 	case *days < 1:
 		return bad("-days must be at least 1, got %d", *days)
+	case *days > maxDays:
+		return bad("-days must be at most %d (100 years), got %d", maxDays, *days)
 	case (*caCert == "") != (*caKey == ""):
 		return bad("-ca-cert and -ca-key go together")
 	}
@@ -85,12 +87,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return bad("%v", err)
 	}
-	if err := write(*dir, *ranks, names, time.Duration(*days)*24*time.Hour, *caCert, *caKey, stdout); err != nil {
+	if err := write(*dir, *ranks, names, *days, *caCert, *caKey, stdout); err != nil {
 		fmt.Fprintf(stderr, "starcert: %v\n", err)
 		return 1
 	}
 	return 0
 }
+
+// maxDays is the longest -days: 100 years. A time.Duration holds no more
+// than about 292 years, and certificates are dated up to the year 9999.
+const maxDays = 36500
 
 // splitHosts returns the names and addresses of -hosts, or an error
 // naming the first that no worker could dial (it would only make a
@@ -132,9 +138,9 @@ func splitHosts(s string) ([]string, error) {
 }
 
 // write makes (or loads) the CA and the rank certificates and writes them.
-func write(dir string, ranks int, hosts []string, validity time.Duration, caCert, caKey string, stdout io.Writer) error {
+func write(dir string, ranks int, hosts []string, days int, caCert, caKey string, stdout io.Writer) error {
 	notBefore := time.Now().Add(-time.Hour).Truncate(time.Second)
-	notAfter := notBefore.Add(validity)
+	notAfter := notBefore.AddDate(0, 0, days)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

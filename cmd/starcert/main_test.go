@@ -97,6 +97,8 @@ func TestUsage(t *testing.T) {
 		{nil, "-dir is required"},
 		{[]string{"-dir", "d", "-ranks", "0"}, "-ranks must be at least 1"},
 		{[]string{"-dir", "d", "-days", "0"}, "-days must be at least 1"},
+		{[]string{"-dir", "d", "-days", "106752"}, "-days must be at most 36500 (100 years), got 106752"},
+		{[]string{"-dir", "d", "-days", "9999999999999"}, "-days must be at most 36500"},
 		{[]string{"-dir", "d", "-ca-cert", "ca.pem"}, "-ca-cert and -ca-key go together"},
 		{[]string{"-dir", "d", "extra"}, `unexpected argument "extra"`},
 		{[]string{"-bogus"}, "flag provided but not defined"},
@@ -113,6 +115,25 @@ func TestUsage(t *testing.T) {
 		assert.Equal(t, 2, code, "%v", tc.args)
 		assert.Contains(t, errOut, tc.says, "%v", tc.args)
 	}
+}
+
+// TestLongValidity: the longest -days gives certificates valid from an
+// hour ago until that many days later (before -days was checked, 106752
+// days and more overflowed a time.Duration: starcert exited 0 with
+// certificates that expired before they were issued, "until 1734-08-19").
+func TestLongValidity(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := starcert("-dir", dir, "-ranks", "1", "-days", "36500")
+	require.Equal(t, 0, code, errOut)
+	c, err := mtls.Load(filepath.Join(dir, "rank-0.pem"), filepath.Join(dir, "rank-0-key.pem"), filepath.Join(dir, "ca.pem"))
+	require.NoError(t, err)
+	leaf, err := x509.ParseCertificate(c.Certificate.Certificate[0])
+	require.NoError(t, err)
+	want := time.Now().AddDate(0, 0, 36500)
+	assert.WithinDuration(t, want, leaf.NotAfter, 2*time.Hour, "NotAfter")
+	assert.True(t, leaf.NotBefore.Before(leaf.NotAfter), "NotBefore %v, NotAfter %v", leaf.NotBefore, leaf.NotAfter)
+	assert.NoError(t, c.CheckCertificate(x509.ExtKeyUsageServerAuth, time.Now()))
+	assert.Contains(t, out, "until "+leaf.NotAfter.UTC().Format(time.RFC3339))
 }
 
 // TestJob: a 2-rank job over real TCP with TLS starts from starcert's

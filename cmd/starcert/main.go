@@ -110,6 +110,9 @@ func splitHosts(s string) ([]string, error) {
 		if h = strings.TrimSpace(h); h == "" {
 			continue
 		}
+		if _, port, err := net.SplitHostPort(h); err == nil {
+			return nil, fmt.Errorf("-hosts: %q: a certificate holds host names and IP addresses, without a port (drop \":%s\")", h, port)
+		}
 		if inner, ok := strings.CutPrefix(h, "["); ok {
 			inner, closed := strings.CutSuffix(inner, "]")
 			if a, err := netip.ParseAddr(inner); !closed || err != nil || !a.Is6() {

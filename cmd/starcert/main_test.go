@@ -110,6 +110,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"-dir", "d", "-hosts", "*.10.0.0.1"}, "a wildcard goes before a host name"},
 		{[]string{"-dir", "d", "-hosts", "[node0]"}, "brackets must enclose an IPv6 address"},
 		{[]string{"-dir", "d", "-hosts", "[::1"}, "brackets must enclose an IPv6 address"},
+		{[]string{"-dir", "d", "-hosts", "node0:29500"}, `-hosts: "node0:29500": a certificate holds host names and IP addresses, without a port (drop ":29500")`},
+		{[]string{"-dir", "d", "-hosts", "10.0.0.1:29500"}, "without a port"},
+		{[]string{"-dir", "d", "-hosts", "[::1]:29500"}, "without a port"},
 	} {
 		code, _, errOut := starcert(tc.args...)
 		assert.Equal(t, 2, code, "%v", tc.args)

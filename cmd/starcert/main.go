@@ -36,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/starcomm/starcomm/star"
 	"github.com/starcomm/starcomm/transport/mtls"
 	"github.com/starcomm/starcomm/transport/tcp"
 )
@@ -48,7 +49,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("starcert", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "directory to write the files to (required)")
-	ranks := fs.Int("ranks", 4, "number of rank certificates, rank-0 to rank-(N-1)")
+	ranks := fs.Int("ranks", 4, "number of rank certificates, rank-0 to rank-(N-1), at most 1048576")
 	hosts := fs.String("hosts", "localhost,127.0.0.1,::1", "comma-separated DNS names and IP addresses every certificate is valid for: the names workers dial to reach rank 0 (COBRE_TCP_COORDINATOR)")
 	days := fs.Int("days", 30, "validity in days, from an hour ago, 1..36500 (100 years)")
 	caCert := fs.String("ca-cert", "", "issue from this existing CA certificate (PEM) instead of making a new CA; needs -ca-key")
@@ -76,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return bad("-dir is required")
 	case *ranks < 1:
 		return bad("-ranks must be at least 1, got %d", *ranks)
+	case *ranks > star.MaxSize:
+		return bad("-ranks is %d; a job has at most %d ranks", *ranks, star.MaxSize)
 	case *days < 1:
 		return bad("-days must be at least 1, got %d", *days)
 	case *days > maxDays:

@@ -96,6 +96,7 @@ func TestUsage(t *testing.T) {
 	}{
 		{nil, "-dir is required"},
 		{[]string{"-dir", "d", "-ranks", "0"}, "-ranks must be at least 1"},
+		{[]string{"-dir", "d", "-ranks", "100000000"}, "-ranks is 100000000; a job has at most 1048576 ranks"},
 		{[]string{"-dir", "d", "-days", "0"}, "-days must be at least 1"},
 		{[]string{"-dir", "d", "-days", "106752"}, "-days must be at most 36500 (100 years), got 106752"},
 		{[]string{"-dir", "d", "-days", "9999999999999"}, "-days must be at most 36500"},

@@ -7,7 +7,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
+	"io"
+	"io/fs"
 	"time"
 )
 
@@ -174,10 +175,60 @@ func (e *FileError) Error() string {
 // Unwrap returns the cause.
 func (e *FileError) Unwrap() error { return e.Err }
 
+// maxPEMFile bounds what Load reads of one file: far more than any chain
+// or CA bundle holds, and a device such as /dev/zero would never end.
+const maxPEMFile = 16 << 20
+
+// readPEM reads the PEM file at path, for what, or returns a *FileError:
+// it cannot be opened or read, it is not a regular file (a named pipe
+// could block forever, a device never end; a link to a regular file, as a
+// mounted secret is, is followed), or it is larger than maxPEMFile.
+func readPEM(what, path string) ([]byte, error) {
+	f, err := openPEM(path)
+	if err != nil {
+		return nil, &FileError{What: what, Path: path, Reason: "cannot be read", Err: err}
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, &FileError{What: what, Path: path, Reason: "cannot be read", Err: err}
+	}
+	if kind := notRegular(fi.Mode()); kind != "" {
+		return nil, &FileError{What: what, Path: path, Reason: "is " + kind + ", not a regular file: give a PEM file"}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxPEMFile+1))
+	switch {
+	case err != nil:
+		return nil, &FileError{What: what, Path: path, Reason: "cannot be read", Err: err}
+	case len(b) > maxPEMFile:
+		return nil, &FileError{What: what, Path: path, Reason: fmt.Sprintf("is larger than %d MiB: not a PEM file", maxPEMFile>>20)}
+	}
+	return b, nil
+}
+
+// notRegular names what a file of mode m is when it is not a regular
+// file, or returns "".
+func notRegular(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return ""
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "of another kind (" + m.Type().String() + ")"
+}
+
 // Load reads this end's certificate chain, its private key and the CA
 // certificates from PEM files and returns DefaultConfig with Certificate
 // and CA set. Each problem is a *FileError naming the file (several are
-// joined with errors.Join): a file that cannot be read, one with no PEM
+// joined with errors.Join): a file that cannot be read, is not a regular
+// file (a named pipe, a device, a directory) or is over 16 MiB, one with no PEM
 // block of the right kind, a certificate or key that does not parse, a
 // key that does not match the certificate. Load does not check dates or
 // the signature: CheckCertificate (run by NewListener and NewDialer) does.
@@ -185,9 +236,9 @@ func Load(certFile, keyFile, caFile string) (Config, error) {
 	c := DefaultConfig()
 	var errs []error
 	read := func(what, path string) []byte {
-		b, err := os.ReadFile(path)
+		b, err := readPEM(what, path)
 		if err != nil {
-			errs = append(errs, &FileError{What: what, Path: path, Reason: "cannot be read", Err: err})
+			errs = append(errs, err)
 			return nil
 		}
 		return b

@@ -195,11 +195,28 @@ func join(ctx context.Context, cfg CommConfig, deadline time.Time) (*segment, er
 	for {
 		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
+			if fi, lerr := os.Lstat(path); lerr == nil {
+				if nerr := notSegment(path, fi.Mode()); nerr != nil {
+					return nil, nerr
+				}
+			}
 			err = &fs.PathError{Op: "open", Path: path, Err: err}
 			if errors.Is(err, fs.ErrPermission) {
 				return nil, fmt.Errorf("cannot open the segment (another user's job, or a directory this user may not write): %w", err)
 			}
 			return nil, err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+			unix.Close(fd)
+			fi, lerr := os.Lstat(path)
+			if lerr != nil {
+				return nil, &fs.PathError{Op: "open", Path: path, Err: lerr}
+			}
+			if nerr := notSegment(path, fi.Mode()); nerr != nil {
+				return nil, nerr
+			}
+			continue // replaced by a regular file since: open it again
 		}
 		s, retry, err := joinFD(ctx, cfg, path, fd, geo, deadline)
 		if err != nil || !retry {
@@ -210,6 +227,30 @@ func join(ctx context.Context, cfg CommConfig, deadline time.Time) (*segment, er
 		}
 		unix.Close(fd) // the file was removed or replaced while we opened it
 	}
+}
+
+// notSegment is the error of a segment path that holds something other
+// than a regular file (mode m), which this rank leaves alone; nil for a
+// regular file.
+func notSegment(path string, m fs.FileMode) error {
+	var what string
+	switch {
+	case m.IsRegular():
+		return nil
+	case m&fs.ModeSymlink != 0:
+		what = "a symbolic link"
+	case m.IsDir():
+		what = "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		what = "a named pipe"
+	case m&fs.ModeDevice != 0:
+		what = "a device"
+	case m&fs.ModeSocket != 0:
+		what = "a socket"
+	default:
+		what = "of another kind (" + m.Type().String() + ")"
+	}
+	return fmt.Errorf("%s is %s, not a segment: remove it, or give the job another COBRE_SHM_NAME", path, what)
 }
 
 // joinFD is join on an open segment file. retry is true when the file

@@ -153,11 +153,11 @@ func write(dir string, ranks int, hosts []string, days int, caCert, caKey string
 	var ca *mtls.CA
 	caPath := filepath.Join(dir, "ca.pem")
 	if caCert != "" {
-		certPEM, err := os.ReadFile(caCert)
+		certPEM, err := mtls.ReadPEM("CA certificate", caCert)
 		if err != nil {
 			return err
 		}
-		keyPEM, err := os.ReadFile(caKey)
+		keyPEM, err := mtls.ReadPEM("CA key", caKey)
 		if err != nil {
 			return err
 		}

@@ -121,6 +121,21 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// TestCAFileNotRegular: -ca-cert or -ca-key naming a device or a named
+// pipe exits 1 saying what the file is (before, /dev/zero was read until
+// "fatal error: out of memory", and a named pipe nobody wrote to hung).
+func TestCAFileNotRegular(t *testing.T) {
+	first := t.TempDir()
+	code, _, errOut := starcert("-dir", first, "-ranks", "1")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = starcert("-dir", t.TempDir(), "-ca-cert", "/dev/zero", "-ca-key", filepath.Join(first, "ca-key.pem"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "CA certificate file /dev/zero: is a device, not a regular file")
+	code, _, errOut = starcert("-dir", t.TempDir(), "-ca-cert", filepath.Join(first, "ca.pem"), "-ca-key", "/dev/urandom")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "CA key file /dev/urandom: is a device, not a regular file")
+}
+
 // TestLongValidity: the longest -days gives certificates valid from an
 // hour ago until that many days later (before -days was checked, 106752
 // days and more overflowed a time.Duration: starcert exited 0 with

@@ -179,11 +179,12 @@ func (e *FileError) Unwrap() error { return e.Err }
 // or CA bundle holds, and a device such as /dev/zero would never end.
 const maxPEMFile = 16 << 20
 
-// readPEM reads the PEM file at path, for what, or returns a *FileError:
-// it cannot be opened or read, it is not a regular file (a named pipe
-// could block forever, a device never end; a link to a regular file, as a
-// mounted secret is, is followed), or it is larger than maxPEMFile.
-func readPEM(what, path string) ([]byte, error) {
+// ReadPEM reads the PEM file at path, which holds what ("certificate",
+// "key", "CA"), or returns a *FileError: it cannot be opened or read, it
+// is not a regular file (a named pipe could block forever, a device never
+// end; a link to a regular file, as a mounted secret is, is followed), or
+// it is larger than 16 MiB. Load reads its files with it.
+func ReadPEM(what, path string) ([]byte, error) {
 	f, err := openPEM(path)
 	if err != nil {
 		return nil, &FileError{What: what, Path: path, Reason: "cannot be read", Err: err}
@@ -236,7 +237,7 @@ func Load(certFile, keyFile, caFile string) (Config, error) {
 	c := DefaultConfig()
 	var errs []error
 	read := func(what, path string) []byte {
-		b, err := readPEM(what, path)
+		b, err := ReadPEM(what, path)
 		if err != nil {
 			errs = append(errs, err)
 			return nil

@@ -54,8 +54,9 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.IntVar(&cfg.port, "port", 0, "coordinator TCP port passed as COBRE_TCP_PORT, 0..65535; 0 picks a free port")
 	fs.Var(&floatText{&cfg.timeout, &cfg.timeoutText}, "timeout", "collective timeout in `seconds`, decimals allowed, "+launch.TimeoutRange+", passed as COBRE_TCP_TIMEOUT_SECS (COBRE_SHM_TIMEOUT_SECS with --backend shm); unset if not given")
 	fs.StringVar(&cfg.bind, "bind", "", "address the coordinator listens on, passed as COBRE_TCP_BIND_ADDR, which workers dial (0.0.0.0: 127.0.0.1; ::: ::1); default: an inherited COBRE_TCP_BIND_ADDR, else 127.0.0.1")
-	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "time ranks get between SIGTERM and SIGKILL when the job is stopped")
-	fs.DurationVar(&cfg.settle, "settle", launch.DefaultSettle, "time the other ranks get to end on their own after the first one fails, before they are stopped")
+	cfg.grace, cfg.settle = defaultGrace, launch.DefaultSettle
+	fs.Var((*durationFlag)(&cfg.grace), "grace", "time ranks get between SIGTERM and SIGKILL when the job is stopped, with its unit (a `duration` such as 5s, 500ms or 1m)")
+	fs.Var((*durationFlag)(&cfg.settle), "settle", "time the other ranks get to end on their own after the first one fails, before they are stopped, with its unit (a `duration` such as 5s or 500ms)")
 	return fs
 }
 
@@ -138,14 +139,43 @@ func (f *floatText) String() string {
 	return *f.text
 }
 
-// Set parses s, refusing what is not a number as the flag package's own
-// numeric flags do.
+// Set parses s, refusing what is not a number and saying what the flag
+// takes (a duration with a unit, such as 5s, is the usual slip).
 func (f *floatText) Set(s string) error {
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return errors.New("parse error")
+		if _, derr := time.ParseDuration(s); derr == nil {
+			return errors.New("takes a number of seconds without a unit (5, 1.5)")
+		}
+		return errors.New("not a number of seconds (5, 1.5)")
 	}
 	*f.v, *f.text = v, s
+	return nil
+}
+
+// durationFlag is a time.Duration flag (the forms time.ParseDuration
+// takes: 5s, 500ms, 1m30s) whose parse error says what it takes, where
+// the flag package's own says "parse error".
+type durationFlag time.Duration
+
+// String returns the duration, as time.Duration prints it.
+func (d *durationFlag) String() string {
+	if d == nil {
+		return "0s"
+	}
+	return time.Duration(*d).String()
+}
+
+// Set parses s.
+func (d *durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		if _, ferr := strconv.ParseFloat(s, 64); ferr == nil {
+			return errors.New("takes a duration with its unit (5s, 500ms), not a bare number")
+		}
+		return errors.New("not a duration (5s, 500ms, 1m)")
+	}
+	*d = durationFlag(v)
 	return nil
 }
 

@@ -792,6 +792,7 @@ func TestConfigFromEnvReadsEnviron(t *testing.T) {
 // InvalidConfigurationError naming the variable and saying what is wrong,
 // both from the environment and from Validate.
 func TestConfigHosts(t *testing.T) {
+	ifname := anInterface(t)
 	for _, tc := range []struct {
 		value, want string // want: the host kept, or "" for an error
 		why         string // in the error
@@ -800,7 +801,13 @@ func TestConfigHosts(t *testing.T) {
 		{"10.0.0.1", "10.0.0.1", ""},
 		{"::1", "::1", ""},
 		{"[::1]", "::1", ""},
-		{"[fe80::1%eth0]", "fe80::1%eth0", ""},
+		{"[fe80::1%" + ifname + "]", "fe80::1%" + ifname, ""},
+		{"fe80::1%" + ifname, "fe80::1%" + ifname, ""},
+		// A zone is an interface of this host; the system would refuse
+		// any other only at connect ("invalid argument").
+		{"fe80::1%nosuchif0", "", `zone "nosuchif0" names no network interface of this host (it has `},
+		{"[fe80::1%nosuchif0]", "", `zone "nosuchif0" names no network interface of this host`},
+		{"fe80::1%99999", "", `zone "99999" names no network interface of this host`},
 		{"::", "::", ""},
 		{"node0:29500", "", "without a port; the port goes in COBRE_TCP_PORT"},
 		{"10.0.0.1:80", "", "without a port; the port goes in COBRE_TCP_PORT"},
@@ -1221,4 +1228,15 @@ func TestConfigRankWithoutSize(t *testing.T) {
 		require.NoError(t, err, "%v", env)
 		assert.Equal(t, "local", starcomm.Resolve(c), "%v", env)
 	}
+}
+
+// anInterface returns the name of one of this host's network interfaces,
+// for an IPv6 zone that the configuration accepts.
+func anInterface(t *testing.T) string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil || len(ifs) == 0 {
+		t.Fatalf("net.Interfaces: %v (%d)", err, len(ifs))
+	}
+	return ifs[0].Name
 }

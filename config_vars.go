@@ -340,12 +340,16 @@ func hostOK(get func(Config) string) func(string, Config) string {
 // COBRE_TCP_PORT), a URL, a ':' that does not make an IPv6 address, or
 // anything else that is not an IP address or a well-formed host name
 // (tcp.CheckHost: what a worker's dial refuses, so that rank 0 refuses it
-// too). Names are not looked up here (a worker retries one that does not
+// too), or an IPv6 address whose zone names no network interface of this
+// host. Names are not looked up here (a worker retries one that does not
 // resolve yet).
 func checkHost(s string) (string, string) {
 	if inner, ok := strings.CutPrefix(s, "["); ok {
 		inner, ok = strings.CutSuffix(inner, "]")
 		if a, err := netip.ParseAddr(inner); ok && err == nil && a.Is6() {
+			if err := tcp.CheckHost(inner); err != nil { // its zone
+				return inner, "must be a host name or IP address: " + err.Error()
+			}
 			return inner, ""
 		}
 	}
@@ -360,6 +364,9 @@ func checkHost(s string) (string, string) {
 	case strings.Contains(s, ":"):
 		if _, err := netip.ParseAddr(s); err != nil {
 			return s, "is neither a host name (no ':') nor an IPv6 address (" + err.Error() + ")"
+		}
+		if err := tcp.CheckHost(s); err != nil { // its zone
+			return s, "must be a host name or IP address: " + err.Error()
 		}
 	case strings.ContainsAny(s, " \t/\\"):
 		return s, "is not a host name or IP address: it holds white space or a slash"

@@ -380,11 +380,14 @@ func checkAddr(addr string) error {
 // starting or ending with '-', and not all digits and dots. Such a name
 // may not resolve yet, and Dial waits for it; anything else never will:
 // Dial refuses it at once with ErrInvalidAddress, and the configuration
-// refuses it as a coordinator or bind address. The error says what is
-// wrong.
+// refuses it as a coordinator or bind address. An IPv6 address's zone
+// (fe80::1%eth0, or an interface's index, fe80::1%2) must name one of this
+// host's network interfaces: the zone is the interface this host reaches
+// the address through, and the system would refuse any other only at
+// connect ("invalid argument"). The error says what is wrong.
 func CheckHost(host string) error {
-	if _, err := netip.ParseAddr(host); err == nil {
-		return nil
+	if a, err := netip.ParseAddr(host); err == nil {
+		return checkZone(host, a.Zone())
 	}
 	if strings.Contains(host, ":") {
 		return fmt.Errorf("host %q is not a valid IPv6 address", host)
@@ -396,6 +399,34 @@ func CheckHost(host string) error {
 		return err
 	}
 	return nil
+}
+
+// checkZone returns nil for no zone or one that names a network interface
+// of this host, by name or by index; otherwise an error naming the host,
+// the zone and the interfaces there are.
+func checkZone(host, zone string) error {
+	if zone == "" {
+		return nil
+	}
+	var err error
+	if i, aerr := strconv.Atoi(zone); aerr == nil {
+		_, err = net.InterfaceByIndex(i)
+	} else {
+		_, err = net.InterfaceByName(zone)
+	}
+	if err == nil {
+		return nil
+	}
+	var names []string
+	if ifs, ierr := net.Interfaces(); ierr == nil {
+		for _, f := range ifs {
+			names = append(names, fmt.Sprintf("%s (%d)", f.Name, f.Index))
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("host %q: zone %q names no network interface of this host (%v)", host, zone, err)
+	}
+	return fmt.Errorf("host %q: zone %q names no network interface of this host (it has %s)", host, zone, strings.Join(names, ", "))
 }
 
 // retryable reports whether a failed attempt is worth repeating. Every

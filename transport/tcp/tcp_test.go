@@ -412,7 +412,7 @@ func TestDialInvalidAddress(t *testing.T) {
 	d := NewDialer(testConfig())
 	d.attempted = func(n int, err error) { t.Errorf("attempt %d made for an invalid address: %v", n, err) }
 	for _, addr := range []string{"127.0.0.1", "127.0.0.1:", ":29500", "127.0.0.1:http", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:-1",
-		"no de:29500", "node0!:29500", "-node0:29500", "node0..svc:29500", "999.1.1.1:29500", "10.0.0:29500", "[fe80::zz]:29500",
+		"no de:29500", "node0!:29500", "-node0:29500", "node0..svc:29500", "999.1.1.1:29500", "10.0.0:29500", "[fe80::zz]:29500", "[fe80::1%nosuchif0]:29500",
 		strings.Repeat("a", 64) + ".example:29500"} {
 		t.Run("addr="+addr, func(t *testing.T) {
 			res := await(t, dialAsync(t.Context(), d, addr), "Dial")
@@ -690,8 +690,13 @@ func TestWriteBuffers(t *testing.T) {
 // TestCheckAddrValid: what a worker may give as the coordinator passes the
 // syntax check (whether it resolves is Dial's business).
 func TestCheckAddrValid(t *testing.T) {
+	ifs, err := net.Interfaces()
+	if err != nil || len(ifs) == 0 {
+		t.Fatalf("net.Interfaces: %v (%d)", err, len(ifs))
+	}
 	for _, addr := range []string{
-		"127.0.0.1:1", "10.0.0.1:65535", "[::1]:29500", "[fd53:7463:6e65::1]:29500", "[fe80::1%eth0]:29500",
+		"127.0.0.1:1", "10.0.0.1:65535", "[::1]:29500", "[fd53:7463:6e65::1]:29500",
+		"[fe80::1%" + ifs[0].Name + "]:29500", "[fe80::1%" + strconv.Itoa(ifs[0].Index) + "]:29500",
 		"localhost:29500", "node0:29500", "NODE0:29500", "job-0.svc.default.svc.cluster.local:29500",
 		"job-0.svc.default.svc.cluster.local.:29500", "_srv.example:29500", "node0-v6:29500", "0node:29500",
 		strings.Repeat("a", 63) + ".example:29500",

@@ -46,7 +46,7 @@ const (
 )
 
 // timingModes are the chaos-child modes this file adds.
-var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true, "giveup": true, "closefrozen": true, "stopzero": true}
+var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true, "giveup": true, "closefrozen": true, "stopzero": true, "lazyzero": true}
 
 // envInt reads an integer from the environment (def when unset).
 func envInt(name string, def int) int {
@@ -92,6 +92,8 @@ func timingChild(mode string) int {
 		return closeFrozenChild()
 	case "stopzero":
 		return stopZeroChild()
+	case "lazyzero":
+		return lazyZeroChild()
 	}
 	rank := envInt("COBRE_TCP_RANK", -1)
 	if rank == envInt(envLateRank, -1) {
@@ -233,6 +235,29 @@ func stopZeroChild() int {
 			os.Exit(chaosReport(comm.OpBarrier, fmt.Errorf("iteration %d: %w", i, err), time.Since(begin))) // at once
 		}
 	}
+}
+
+// lazyZeroChild runs one rank of the lazyzero mode: a barrier, its control
+// sessions up, "READY"; then rank 0 computes 1.5 collective timeouts (3 s)
+// and every rank calls an allreduce of 24 MiB (streamed); every rank
+// exits at once on its error.
+func lazyZeroChild() int {
+	ctx := context.Background()
+	c, code := startPastBarrier(ctx)
+	if c == nil {
+		return code
+	}
+	fmt.Println("READY")
+	if c.Rank() == 0 {
+		time.Sleep(3 * time.Second)
+	}
+	send, recv := make([]float64, 3<<20), make([]float64, 3<<20)
+	begin := time.Now()
+	if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
+		os.Exit(chaosReport(comm.OpAllreduce, err, time.Since(begin))) // at once
+	}
+	fmt.Println("DONE")
+	return 0
 }
 
 // closeFrozenChild runs one rank of the closefrozen mode.
@@ -445,6 +470,33 @@ func TestRealCoordinatorStoppedWorkersExit(t *testing.T) {
 				stoppedCoordinatorBlamesItself(t, tc.says, tc.env...)
 			})
 		}
+	}
+}
+
+// TestRealCoordinatorComputesPastStreamedAllreduce: rank 0 computes 3 s,
+// 1.5 collective timeouts, before a streamed allreduce of 24 MiB per rank
+// (control sessions on, liveness 10 s); the workers, whose frames wait
+// unread in full sockets, fail naming rank 0 (the system gives up on their
+// links to it: ETIMEDOUT, its window closed for the timeout), and exit
+// at once. Rank 0 must name itself too, as the README says of a rank 0
+// that computes past the timeout, not a healthy worker "crashed".
+func TestRealCoordinatorComputesPastStreamedAllreduce(t *testing.T) {
+	skipUnlessChaos(t)
+	for run := range 3 {
+		t.Run(fmt.Sprintf("run=%d", run), func(t *testing.T) {
+			ctx := chaosWatchdog(t)
+			procs := startChaos(t, ctx, repeat("lazyzero", 4), "COBRE_TCP_LIVENESS_SECS=10", "COBRE_TCP_TIMEOUT_SECS=2")
+			for _, p := range procs[1:] {
+				res := parseResult(t, p.await(t, ctx, "RESULT "))
+				t.Logf("rank=%d named=%s call_ms=%s msg=%q", p.rank, res.fields["rank"], res.fields["call_ms"], res.msg)
+				assertFailedNaming(t, p, res, 0)
+			}
+			res := parseResult(t, procs[0].await(t, ctx, "RESULT "))
+			t.Logf("rank=0 named=%s msg=%q", res.fields["rank"], res.msg)
+			assertFailedNaming(t, procs[0], res, 0)
+			assert.NotContains(t, res.msg, "crashed")
+			assertSurvivorsExit(t, ctx, procs, -1)
+		})
 	}
 }
 

@@ -726,15 +726,20 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 		// the control session too (msgFailed), before the farewell: rank
 		// 0 reads this rank's data link, and so its Abort, only for its
 		// next frame, which it may already have. So does rank 0's own
-		// timeout (blamed on rank 0; the deadline's, not the system's
-		// ETIMEDOUT, a link it finds dead itself): a rank 0 that computed past it
+		// timeout (blamed on rank 0): a rank 0 that computed past it
 		// would otherwise read this rank's part of the collective, finish
 		// it, and find the Abort behind that part only at its next one.
+		// The system's ETIMEDOUT too (a large frame that rank 0, stopped
+		// or computing, left unread for the timeout: its window closed),
+		// and that one is waited for like a failure of its own: the
+		// system has ended the data link, so no Abort can follow on it,
+		// and rank 0 would otherwise read the link's end and name this
+		// rank as crashed.
 		oob = make(chan int, 1)
 		by := time.Now().Add(min(abortFlushMax, c.cfg.ShutdownTimeout/2))
 		own := ownFailure(ctx, err)
 		var body []byte
-		if own || blame == 0 && peer == 0 && isTimeout(err) && !errors.Is(err, syscall.ETIMEDOUT) {
+		if own || blame == 0 && peer == 0 && isTimeout(err) {
 			body = append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(payload)), c.seq), payload...)
 		}
 		told = new(atomic.Bool)
@@ -744,7 +749,7 @@ func (c *Comm) failSparing(ctx context.Context, op string, err error, spare uint
 			}
 			ctl.bidFarewell(by, ctl.stopped)
 			oob <- -1
-		}) && (own || !isTimeout(err)) {
+		}) && (own || !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT)) {
 			noob = 1
 		}
 	}

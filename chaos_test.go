@@ -190,6 +190,10 @@ func (h *sessionCounter) WithGroup(string) slog.Handler      { return h }
 // rank 0 to stream them (see star's reduce.go).
 const modeStreamed = "allreduce-streamed"
 
+// modeGatherReduce is the chaos mode of a loop of relayed allgathervs,
+// each followed by a small allreduce.
+const modeGatherReduce = "allgatherv-allreduce"
+
 // errWrongResult is the cause when a collective returns data that is not
 // what every rank sent.
 var errWrongResult = testkit.ErrWrongResult
@@ -197,31 +201,9 @@ var errWrongResult = testkit.ErrWrongResult
 // chaosStep returns iteration i of the loop of mode, which checks what it
 // receives.
 func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i int) error, error) {
-	rank, size := c.Rank(), c.Size()
 	switch mode {
 	case comm.OpAllgatherv:
-		n := chaosBytes / 8
-		send, recv := make([]float64, n), make([]float64, n*size)
-		counts, displs := make([]int, size), make([]int, size)
-		for r := range size {
-			counts[r], displs[r] = n, r*n
-		}
-		// Each region starts and ends with rank*1e6 + i, so a stale
-		// region from an earlier iteration is caught.
-		return func(ctx context.Context, i int) error {
-			v := float64(rank*1_000_000 + i)
-			send[0], send[n-1] = v, v
-			if err := comm.Allgatherv(ctx, c, send, recv, counts, displs); err != nil {
-				return err
-			}
-			for r := range size {
-				want := float64(r*1_000_000 + i)
-				if recv[r*n] != want || recv[r*n+n-1] != want {
-					return fmt.Errorf("%w: iteration %d, region of rank %d holds %v..%v, want %v", errWrongResult, i, r, recv[r*n], recv[r*n+n-1], want)
-				}
-			}
-			return nil
-		}, nil
+		return allgathervStep(c, chaosBytes/8), nil
 	case comm.OpAllreduce:
 		return testkit.AllreduceStep(c, 4), nil
 	case comm.OpBarrier:
@@ -230,8 +212,44 @@ func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i in
 		// 24 MiB per rank: over 4 ranks ·n is 72 MiB, so rank 0
 		// streams the reduction (over 64 MiB).
 		return testkit.AllreduceStep(c, 24<<20/8), nil
+	case modeGatherReduce:
+		// 4 MiB per rank: over 4 ranks a 16 MiB result, relayed.
+		gather, reduce := allgathervStep(c, 4<<20/8), testkit.AllreduceStep(c, 4)
+		return func(ctx context.Context, i int) error {
+			if err := gather(ctx, i); err != nil {
+				return err
+			}
+			return reduce(ctx, i)
+		}, nil
 	}
 	return nil, fmt.Errorf("unknown %s %q", envChaosChild, mode)
+}
+
+// allgathervStep returns iteration i of a loop of allgathervs of n
+// float64 per rank, which checks what it receives.
+func allgathervStep(c comm.Communicator, n int) func(ctx context.Context, i int) error {
+	rank, size := c.Rank(), c.Size()
+	send, recv := make([]float64, n), make([]float64, n*size)
+	counts, displs := make([]int, size), make([]int, size)
+	for r := range size {
+		counts[r], displs[r] = n, r*n
+	}
+	// Each region starts and ends with rank*1e6 + i, so a stale region
+	// from an earlier iteration is caught.
+	return func(ctx context.Context, i int) error {
+		v := float64(rank*1_000_000 + i)
+		send[0], send[n-1] = v, v
+		if err := comm.Allgatherv(ctx, c, send, recv, counts, displs); err != nil {
+			return err
+		}
+		for r := range size {
+			want := float64(r*1_000_000 + i)
+			if recv[r*n] != want || recv[r*n+n-1] != want {
+				return fmt.Errorf("%w: iteration %d, region of rank %d holds %v..%v, want %v", errWrongResult, i, r, recv[r*n], recv[r*n+n-1], want)
+			}
+		}
+		return nil
+	}
 }
 
 // chaosReport prints the RESULT line for err, which op returned after

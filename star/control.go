@@ -67,6 +67,14 @@ const (
 	// once every header is in (see link.hereExtend). Workers that do not
 	// know it skip it.
 	msgHere byte = 5
+	// msgBusy, coordinator to worker: a collective's sequence number (u64
+	// BE), sent to a worker that has the whole result of that collective
+	// while the coordinator is still in it (sending the result to a
+	// slower rank, say), every busyEvery once the collective has lasted
+	// that long: the worker, which may already wait for the coordinator
+	// in its next collective, moves its deadlines on to a timeout from
+	// then (see link.busyExtend). Workers that do not know it skip it.
+	msgBusy byte = 6
 )
 
 // maxCalls bounds the fingerprints a coordinator keeps unread per worker
@@ -603,6 +611,11 @@ func (ctl *control) readMessages() {
 			}
 			if w, ok := ctl.c.role.(*worker); ok {
 				w.up.hereExtend(binary.BigEndian.Uint64(body), time.Now().Add(-ago))
+			}
+			return
+		case kind == msgBusy && len(body) >= 8:
+			if w, ok := ctl.c.role.(*worker); ok {
+				w.up.busyExtend(binary.BigEndian.Uint64(body), time.Now())
 			}
 			return
 		default:

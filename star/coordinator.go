@@ -110,6 +110,9 @@ func newCoordinator(c *Comm, links []*link) *coordinator {
 	if len(co.workers) > 0 && c.cfg.Logger != nil {
 		co.serving.Go(co.stallMonitor)
 	}
+	if len(co.workers) > 0 && c.cfg.control() {
+		co.serving.Go(co.busyMonitor)
+	}
 	return co
 }
 

@@ -420,7 +420,13 @@
 //     waits up to 100 ms (lastWordsWait) for the session's kind 4, or its
 //     end, and reports the worker's reason rather than a closed
 //     connection (see Comm.sessionWords; a worker does the same for the
-//     coordinator's Abort). With
+//     coordinator's Abort). The coordinator tells a worker that has
+//     its whole result of the running collective, every busyEvery once
+//     that collective has lasted as long, that it is still in it (kind 6:
+//     the collective's number, u64 BE): a worker already waiting in its
+//     next collective then waits a timeout from that word, not from its
+//     own arrival, while rank 0 serves a slower rank's link (see
+//     link.busyExtend). With
 //     Config.CheckCollectives each worker sends the fingerprint of each
 //     collective here before its data (kind 2: sequence number,
 //     operation, element type, counts or length, root, reduce op); the

@@ -113,6 +113,10 @@ const HookReply = hookReply
 // rank 0's word that it is here (on the control session's reader).
 const HookHere = hookHere
 
+// HookBusy is the hook point at which a worker moved its deadlines on
+// rank 0's word that it is still in an earlier collective.
+const HookBusy = hookBusy
+
 // HookDuplex is the hook point at which a worker begins to write its frame
 // while it reads the reply.
 const HookDuplex = hookDuplex

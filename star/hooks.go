@@ -20,6 +20,7 @@ const (
 	hookReply   = "reply"   // a streamed allreduce's replies begin, overlapping the reduction
 	hookDuplex  = "duplex"  // a worker writes its frame while it reads the reply
 	hookHere    = "here"    // a worker moved its deadlines on rank 0's word that it is here
+	hookBusy    = "busy"    // a worker moved its deadlines on rank 0's word that it is still in an earlier collective
 	hookWords   = "words"   // a relay's writer whose worker is gone waits for the link's reader, then reads its last words
 	hookFailing = "failing" // a failure was recorded, before the Aborts go out
 	hookOOB     = "oob"     // the coordinator is about to send an Abort over a control session

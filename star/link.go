@@ -421,6 +421,36 @@ func (l *link) hereExtend(seq uint64, at time.Time) {
 	callHook(l.peer, hookHere)
 }
 
+// busyExtend moves the link's pending deadlines on to a timeout (this
+// link's, with the reply margin) after now, when rank 0 said at that time
+// (msgBusy, on the control session) that it is still in collective seq,
+// whose whole result this worker has, and this worker runs a later one:
+// rank 0 cannot take this worker's frame, or send it a result, before it
+// has ended seq (sending the result to a slower rank, say), and it fails
+// seq itself, naming the rank at fault, if that rank makes no progress
+// for a timeout. Without it the worker would wait a timeout from its own
+// arrival, and fail naming rank 0 while rank 0 still serves a slow link.
+// As for hereExtend, only the conn's deadlines move. It runs on the
+// control session's reader.
+func (l *link) busyExtend(seq uint64, now time.Time) {
+	if l.owner == nil || l.owner.seqNow.Load() <= seq {
+		return
+	}
+	want := now.Add(l.timeout + deadlineSlack(l.timeout))
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.cancelled() != nil || !l.until.IsZero() {
+		return
+	}
+	if !l.rdl.IsZero() && l.rdl.Before(want) {
+		_ = l.conn.SetReadDeadline(want)
+	}
+	if !l.wdl.IsZero() && l.wdl.Before(want) {
+		_ = l.conn.SetWriteDeadline(want)
+	}
+	callHook(l.peer, hookBusy)
+}
+
 // lateAt is late and lateWrite for the deadline *dl (l.rdl or l.wdl) and
 // the peer's sign of life moved.
 func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {

@@ -1,6 +1,7 @@
 package star
 
 import (
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -56,6 +57,53 @@ func (l *link) head(seq uint64) { l.prog.headed.Store(seq) }
 func (l *link) deliver(seq uint64, now time.Time) {
 	l.prog.done.Store(seq)
 	l.prog.doneAt.Store(now)
+}
+
+// busyEvery is how often a coordinator still in a collective tells the
+// workers that have its whole result so (msgBusy, see busyMonitor):
+// min(timeout/4, 1 s), at least 1 ms. A worker's deadline, moved to a
+// timeout after each word, then stays at least three quarters of a
+// timeout ahead.
+func busyEvery(timeout time.Duration) time.Duration {
+	return max(min(timeout/4, time.Second), time.Millisecond)
+}
+
+// busyMonitor tells, every busyEvery until stopped, each worker that has
+// the whole result of the running collective, once that collective has
+// lasted busyEvery, that this rank is still in it (msgBusy; see
+// link.busyExtend): such a worker may already wait in its next
+// collective for this rank, which is still sending the result to a
+// slower rank. This rank's own deadlines bound the collective, and a
+// rank that makes no progress for a timeout fails it, named: the word
+// keeps the waiting workers from timing out first, naming rank 0. A
+// frozen rank 0 sends nothing, and its workers time out as before.
+func (co *coordinator) busyMonitor() {
+	every := busyEvery(co.c.cfg.Timeout)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-co.quit:
+			return
+		case now := <-tick.C:
+			seq, _, start, running := co.c.current()
+			if !running || now.Sub(start) < every {
+				continue
+			}
+			var body []byte // one per word: its sends may outlive the tick
+			until := now.Add(every)
+			for _, l := range co.workers {
+				ctl := l.ctl.Load()
+				if ctl == nil || l.prog.done.Load() != seq {
+					continue
+				}
+				if body == nil {
+					body = binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
+				}
+				ctl.goUnlessStopped(func() { _ = ctl.send(msgBusy, body, until) })
+			}
+		}
+	}
 }
 
 // stallMonitor logs stalls until stopped.

@@ -32,6 +32,10 @@
 # The tests (scripts/multihost.sh, TestMultihost*) build the same hosts with
 # internal/netns; this script is the same topology for any command.
 set -euo pipefail
+# The ranks run in the directory the script was started from, so that a
+# relative COMMAND (./myprogram) is the caller's; the script itself works
+# from the checkout's root.
+caller=$PWD
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/sbin:/sbin"
 
@@ -107,6 +111,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 sweep
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/netns-job.XXXXXX")
+tmp=$(cd -- "$tmp" && pwd) # absolute: the ranks run in $caller
 
 if [ $# -eq 0 ]; then
 	echo "netns-job: building cmd/starbench" >&2
@@ -174,9 +179,9 @@ echo "netns-job: $hosts hosts (node0..node$((hosts - 1)), $(addr 0) ...), rank 0
 for ((i = 0; i < hosts; i++)); do
 	extra=()
 	if [ "$i" = 0 ]; then extra=("${bind[@]}"); fi
-	ip netns exec "$(ns_host "$i")" env COBRE_COMM_BACKEND=tcp COBRE_TCP_COORDINATOR=node0 \
+	(cd -- "$caller" && exec ip netns exec "$(ns_host "$i")" env COBRE_COMM_BACKEND=tcp COBRE_TCP_COORDINATOR=node0 \
 		COBRE_TCP_PORT="$port" COBRE_TCP_RANK="$i" COBRE_TCP_SIZE="$hosts" \
-		NETNS_HOST="$i" NETNS_HOSTS="$hosts" ${extra[@]+"${extra[@]}"} "$@" \
+		NETNS_HOST="$i" NETNS_HOSTS="$hosts" ${extra[@]+"${extra[@]}"} "$@") \
 		>"$tmp/rank$i.out" 2>&1 </dev/null &
 	pids+=($!)
 done

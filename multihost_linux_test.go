@@ -576,10 +576,19 @@ func starbenchPath(t *testing.T) string {
 // process.
 func netnsJob(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join("scripts", "netns-job.sh")}, args...)...)
+	return netnsJobIn(t, ctx, "", args...)
+}
+
+// netnsJobIn is netnsJob started from directory dir ("": the checkout).
+func netnsJobIn(t *testing.T, ctx context.Context, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("scripts", "netns-job.sh"))
+	require.NoError(t, err)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+	cmd.Dir = dir
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
+	err = cmd.Run()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		require.NoError(t, err, "netns-job.sh %v\n%s", args, e.String())
@@ -614,6 +623,8 @@ func assertNoJobLeft(t *testing.T, pid int) {
 //     address), finish their workloads and rank 0 reports ranks=4 (3);
 //   - hosts: every rank runs on its own host: a distinct address on eth0,
 //     node0 resolving to rank 0's;
+//   - relative: started from another directory, a relative COMMAND is
+//     that directory's, and the ranks run there;
 //   - failed: a rank that exits 3 makes the script exit 1 naming it;
 //   - killed: SIGTERM to the script while the ranks run kills them and
 //     deletes the hosts;
@@ -644,6 +655,18 @@ func TestMultihostScript(t *testing.T) {
 		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 		for r := range 3 {
 			assert.Contains(t, stdout, fmt.Sprintf("[rank %d] rank=%d size=3 coordinator=node0 addr=10.233.0.%d/24 node0=10.233.0.1\n", r, r, r+1))
+		}
+	})
+	t.Run("relative", func(t *testing.T) {
+		// Started from another directory, a relative COMMAND is that
+		// directory's.
+		ctx := chaosWatchdog(t)
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "prog"), []byte("#!/bin/sh\necho \"here rank=$COBRE_TCP_RANK pwd=$(pwd)\"\n"), 0o755))
+		stdout, stderr, code := netnsJobIn(t, ctx, dir, "-n", "2", "--", "./prog")
+		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+		for r := range 2 {
+			assert.Contains(t, stdout, fmt.Sprintf("[rank %d] here rank=%d pwd=%s\n", r, r, dir))
 		}
 	})
 	t.Run("failed", func(t *testing.T) {

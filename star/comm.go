@@ -1033,6 +1033,9 @@ func (c *Comm) runRooted(ctx context.Context, op string, root int, check func() 
 		return c.fail(ctx, op, pending)
 	}
 	c.hook(hookBegin)
+	if w, ok := c.role.(*worker); ok && w.noSession.Load() != nil {
+		w.warnNoSession()
+	}
 	if c.cfg.CheckCollectives && c.size > 1 {
 		err = c.role.checkCall(c.seq, &c.cl)
 	}

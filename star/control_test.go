@@ -990,3 +990,38 @@ func TestPeerTimeoutUntilSession(t *testing.T) {
 		assert.Equal(t, map[int]time.Duration{0: 0}, s.PeerTimeouts(1), "workers leave theirs alone")
 	})
 }
+
+// TestNoSessionWarnedAtNextCollective: workers whose coordinator offers no
+// control session (its liveness off, theirs on) log at warning level that
+// liveness is off, once each, at their next collective; a job that closes
+// before any collective logs no warning (a short job's coordinator refuses
+// the late session as it ends: no news to its user).
+func TestNoSessionWarnedAtNextCollective(t *testing.T) {
+	const warning = "level=WARN msg=\"no control session"
+	for _, collectives := range []int{0, 2} {
+		t.Run(fmt.Sprintf("collectives=%d", collectives), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				var logs logBuffer
+				comms := withControl(t, 3, time.Minute, 10*time.Second, &logs, func(c *star.Config) {
+					if c.Rank == 0 {
+						c.Liveness = -1 // it offers no control session
+					}
+				})
+				synctest.Wait() // the workers' attempts are over
+				assert.Len(t, logs.lines("msg=\"no control session\""), 2, "each worker's attempt failed (debug)")
+				assert.Empty(t, logs.lines(warning), "no warning before a collective")
+				for range collectives {
+					for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) }) {
+						require.NoError(t, err, "rank %d", r)
+					}
+				}
+				require.NoError(t, testkit.CloseAll(comms))
+				want := 0
+				if collectives > 0 {
+					want = 2 // once per worker
+				}
+				assert.Len(t, logs.lines(warning), want, "%s", logs.lines(""))
+			})
+		})
+	}
+}

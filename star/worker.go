@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starcomm/starcomm/comm"
@@ -27,6 +28,9 @@ type worker struct {
 	// stopOpening cancels it.
 	opening     sync.WaitGroup
 	stopOpening context.CancelFunc
+	// noSession holds why the control session could not be opened, until
+	// the next collective logs it (see warnNoSession).
+	noSession atomic.Pointer[error]
 
 	// The fingerprints of collectives called while the opening was not
 	// over yet (see checkCall), oldest first, sent when it is; fpLive is
@@ -77,7 +81,11 @@ func (w *worker) openControl() {
 		ctl, err := openControl(ctx, w.c)
 		if err != nil {
 			if ctx.Err() == nil {
-				w.c.log(slog.LevelWarn, "no control session (the coordinator does not offer one): liveness and out-of-band Aborts are off", "cause", err)
+				// Told at the next collective, if any: a coordinator
+				// that ends its job before this session is up (a short
+				// job) refuses it as it closes, which is no news.
+				w.noSession.Store(&err)
+				w.c.log(slog.LevelDebug, "no control session", "cause", err)
 			}
 			return
 		}
@@ -91,6 +99,14 @@ func (w *worker) openControl() {
 		}
 		w.c.log(slog.LevelDebug, "control session up", "rank", 0)
 	})
+}
+
+// warnNoSession logs, once, at the first collective after the control
+// session could not be opened, that the collectives run without it.
+func (w *worker) warnNoSession() {
+	if p := w.noSession.Swap(nil); p != nil {
+		w.c.log(slog.LevelWarn, "no control session (the coordinator does not offer one): liveness and out-of-band Aborts are off", "cause", *p)
+	}
 }
 
 func (w *worker) stop() {

@@ -203,7 +203,7 @@ var errWrongResult = testkit.ErrWrongResult
 func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i int) error, error) {
 	switch mode {
 	case comm.OpAllgatherv:
-		return allgathervStep(c, chaosBytes/8), nil
+		return testkit.AllgathervStep(c, chaosBytes/8), nil
 	case comm.OpAllreduce:
 		return testkit.AllreduceStep(c, 4), nil
 	case comm.OpBarrier:
@@ -214,7 +214,7 @@ func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i in
 		return testkit.AllreduceStep(c, 24<<20/8), nil
 	case modeGatherReduce:
 		// 4 MiB per rank: over 4 ranks a 16 MiB result, relayed.
-		gather, reduce := allgathervStep(c, 4<<20/8), testkit.AllreduceStep(c, 4)
+		gather, reduce := testkit.AllgathervStep(c, 4<<20/8), testkit.AllreduceStep(c, 4)
 		return func(ctx context.Context, i int) error {
 			if err := gather(ctx, i); err != nil {
 				return err
@@ -223,33 +223,6 @@ func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i in
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown %s %q", envChaosChild, mode)
-}
-
-// allgathervStep returns iteration i of a loop of allgathervs of n
-// float64 per rank, which checks what it receives.
-func allgathervStep(c comm.Communicator, n int) func(ctx context.Context, i int) error {
-	rank, size := c.Rank(), c.Size()
-	send, recv := make([]float64, n), make([]float64, n*size)
-	counts, displs := make([]int, size), make([]int, size)
-	for r := range size {
-		counts[r], displs[r] = n, r*n
-	}
-	// Each region starts and ends with rank*1e6 + i, so a stale region
-	// from an earlier iteration is caught.
-	return func(ctx context.Context, i int) error {
-		v := float64(rank*1_000_000 + i)
-		send[0], send[n-1] = v, v
-		if err := comm.Allgatherv(ctx, c, send, recv, counts, displs); err != nil {
-			return err
-		}
-		for r := range size {
-			want := float64(r*1_000_000 + i)
-			if recv[r*n] != want || recv[r*n+n-1] != want {
-				return fmt.Errorf("%w: iteration %d, region of rank %d holds %v..%v, want %v", errWrongResult, i, r, recv[r*n], recv[r*n+n-1], want)
-			}
-		}
-		return nil
-	}
 }
 
 // chaosReport prints the RESULT line for err, which op returned after

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/starcomm/starcomm/internal/filekind"
 	"github.com/starcomm/starcomm/shm"
 	"github.com/starcomm/starcomm/star"
 	"github.com/starcomm/starcomm/transport/tcp"
@@ -224,24 +225,6 @@ func shownValue(name, v string) string {
 // shorter; a device such as /dev/zero would never end).
 const maxTokenFile = 64 << 10
 
-// notRegular names what a file of mode m is when it is not a regular
-// file, or returns "".
-func notRegular(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return ""
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return "of another kind (" + m.Type().String() + ")"
-}
-
 // readTokenFile returns the token in the file at path, surrounding white
 // space and a leading UTF-8 byte-order mark removed, or why it has none.
 // The token is never part of the reason.
@@ -270,7 +253,7 @@ func readTokenFile(path string) (star.Token, string) {
 	if err != nil {
 		return nil, "cannot read the token file: " + err.Error()
 	}
-	if what := notRegular(fi.Mode()); what != "" {
+	if what := filekind.NotRegular(fi.Mode()); what != "" {
 		return nil, "the token file is " + what + ", not a regular file: give a file that holds the token"
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))

@@ -293,65 +293,28 @@ func TestMultihostSessionlessCut(t *testing.T) {
 // several of rank 1's megabytes, and failed naming rank 0 in the first
 // capped allreduce.
 func TestMultihostSlowRankStreamed(t *testing.T) {
-	skipUnlessNetns(t, false)
-	const size, slow = 4, 1
-	n := newHosts(t, size, netns.Options{Names: hostNames(size)})
-	// Two allreduces under the cap take about 20 s: more than
-	// chaosWatchdog gives.
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	procs := startChaosCmds(t, repeat(modeStreamed, size), func(r int) *exec.Cmd {
-		cmd := n.SelfCommand(r)
-		cmd.Env = hostEnv("node0", "COBRE_TCP_LIVENESS_SECS=10")
-		return cmd
-	}, "COBRE_TCP_TIMEOUT_SECS=2", envChaosReady+"=2", envChaosIters+"=1")
-	for _, p := range procs {
-		p.await(t, ctx, "READY ")
-	}
-	require.NoError(t, n.Limit(slow, "20mbit"), "cap host %d", slow)
-	capped := time.Now()
-	for _, p := range procs {
-		// The first allreduce that ends after the cap may have begun
-		// before it; the second began under it.
-		for done := 0; done < 2; {
-			l := p.await(t, ctx, "")
-			if strings.HasPrefix(l.text, "RESULT ") {
-				t.Fatalf("rank %d failed under the cap: %s\n%s", p.rank, parseResult(t, l).msg, p.dump())
-			}
-			var i, ms int
-			if _, err := fmt.Sscanf(l.text, "ITER %d ms=%d", &i, &ms); err != nil || !l.at.After(capped) {
-				continue
-			}
-			done++
-			t.Logf("rank %d: allreduce %d ended under the cap after %d ms", p.rank, i, ms)
-		}
-	}
+	// Two allreduces under the cap take about 20 s.
+	slowRankUnderCap(t, modeStreamed, 2)
 }
 
-// TestMultihostSlowRankRunAhead: as TestMultihostSlowRankStreamed, with a
-// loop of relayed allgathervs (4 MiB per rank, a 16 MiB result), each
-// followed by a small allreduce. Under the cap rank 0 sends rank 1 its
-// result for several seconds, while ranks 2 and 3, which have theirs,
-// wait for rank 0 in the allreduce: rank 0 tells them on their control
-// sessions that it is still in the allgatherv, and two more iterations
-// complete on every rank, each result checked. Before, ranks 2 and 3
-// waited a timeout from their arrival in the allreduce and failed it
-// naming rank 0, and then every rank did. The timeout is 4 s: rank 0's
-// writes to rank 1 wake only once a third of the socket buffer has gone
-// (see TestMultihostSlowRankStreamed), up to 2 s apart under this cap,
-// while its 16 MiB take 6.7 s.
-func TestMultihostSlowRankRunAhead(t *testing.T) {
+// slowRankUnderCap runs the chaos loop of mode on 4 hosts with the given
+// collective timeout (seconds) and a liveness of 10 s, caps rank 1's link
+// at 20 Mbit/s once every rank is READY, and requires two iterations to
+// end under the cap on every rank (the first may have begun before it),
+// each checked, none failed.
+func slowRankUnderCap(t *testing.T, mode string, timeout int) {
+	t.Helper()
 	skipUnlessNetns(t, false)
 	const size, slow = 4, 1
 	n := newHosts(t, size, netns.Options{Names: hostNames(size)})
-	// Two iterations under the cap take about 16 s.
+	// More than chaosWatchdog gives.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	procs := startChaosCmds(t, repeat(modeGatherReduce, size), func(r int) *exec.Cmd {
+	procs := startChaosCmds(t, repeat(mode, size), func(r int) *exec.Cmd {
 		cmd := n.SelfCommand(r)
 		cmd.Env = hostEnv("node0", "COBRE_TCP_LIVENESS_SECS=10")
 		return cmd
-	}, "COBRE_TCP_TIMEOUT_SECS=4", envChaosReady+"=2", envChaosIters+"=1")
+	}, "COBRE_TCP_TIMEOUT_SECS="+strconv.Itoa(timeout), envChaosReady+"=2", envChaosIters+"=1")
 	for _, p := range procs {
 		p.await(t, ctx, "READY ")
 	}
@@ -373,6 +336,23 @@ func TestMultihostSlowRankRunAhead(t *testing.T) {
 			t.Logf("rank %d: iteration %d ended under the cap after %d ms", p.rank, i, ms)
 		}
 	}
+}
+
+// TestMultihostSlowRankRunAhead: as TestMultihostSlowRankStreamed, with a
+// loop of relayed allgathervs (4 MiB per rank, a 16 MiB result), each
+// followed by a small allreduce. Under the cap rank 0 sends rank 1 its
+// result for several seconds, while ranks 2 and 3, which have theirs,
+// wait for rank 0 in the allreduce: rank 0 tells them on their control
+// sessions that it is still in the allgatherv, and two more iterations
+// complete on every rank, each result checked. Before, ranks 2 and 3
+// waited a timeout from their arrival in the allreduce and failed it
+// naming rank 0, and then every rank did. The timeout is 4 s: rank 0's
+// writes to rank 1 wake only once a third of the socket buffer has gone
+// (see TestMultihostSlowRankStreamed), up to 2 s apart under this cap,
+// while its 16 MiB take 6.7 s.
+func TestMultihostSlowRankRunAhead(t *testing.T) {
+	// Two iterations under the cap take about 16 s.
+	slowRankUnderCap(t, modeGatherReduce, 4)
 }
 
 // TestMultihostBindAddr: host 0 has two interfaces, eth0 (network 0, name

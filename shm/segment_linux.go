@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/starcomm/starcomm/internal/filekind"
 )
 
 // The segment's layout. Every offset is a multiple of 64 (a cache line) so
@@ -233,22 +235,9 @@ func join(ctx context.Context, cfg CommConfig, deadline time.Time) (*segment, er
 // than a regular file (mode m), which this rank leaves alone; nil for a
 // regular file.
 func notSegment(path string, m fs.FileMode) error {
-	var what string
-	switch {
-	case m.IsRegular():
+	what := filekind.NotRegular(m)
+	if what == "" {
 		return nil
-	case m&fs.ModeSymlink != 0:
-		what = "a symbolic link"
-	case m.IsDir():
-		what = "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		what = "a named pipe"
-	case m&fs.ModeDevice != 0:
-		what = "a device"
-	case m&fs.ModeSocket != 0:
-		what = "a socket"
-	default:
-		what = "of another kind (" + m.Type().String() + ")"
 	}
 	return fmt.Errorf("%s is %s, not a segment: remove it, or give the job another COBRE_SHM_NAME", path, what)
 }

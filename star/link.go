@@ -406,11 +406,19 @@ func (l *link) hereExtend(seq uint64, at time.Time) {
 	if !l.streamed.Load() || l.owner == nil || l.owner.seqNow.Load() != seq {
 		return
 	}
-	want := at.Add(l.timeout + deadlineSlack(l.timeout))
+	if l.moveDeadlines(at.Add(l.timeout + deadlineSlack(l.timeout))) {
+		callHook(l.peer, hookHere)
+	}
+}
+
+// moveDeadlines moves the conn's pending deadlines that come before want
+// on to want (see hereExtend and busyExtend), unless the link is
+// cancelled or draining; it reports whether it looked.
+func (l *link) moveDeadlines(want time.Time) bool {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
 	if l.cancelled() != nil || !l.until.IsZero() {
-		return
+		return false
 	}
 	if !l.rdl.IsZero() && l.rdl.Before(want) {
 		_ = l.conn.SetReadDeadline(want)
@@ -418,7 +426,7 @@ func (l *link) hereExtend(seq uint64, at time.Time) {
 	if !l.wdl.IsZero() && l.wdl.Before(want) {
 		_ = l.conn.SetWriteDeadline(want)
 	}
-	callHook(l.peer, hookHere)
+	return true
 }
 
 // busyExtend moves the link's pending deadlines on to a timeout (this
@@ -436,19 +444,9 @@ func (l *link) busyExtend(seq uint64, now time.Time) {
 	if l.owner == nil || l.owner.seqNow.Load() <= seq {
 		return
 	}
-	want := now.Add(l.timeout + deadlineSlack(l.timeout))
-	l.dmu.Lock()
-	defer l.dmu.Unlock()
-	if l.cancelled() != nil || !l.until.IsZero() {
-		return
+	if l.moveDeadlines(now.Add(l.timeout + deadlineSlack(l.timeout))) {
+		callHook(l.peer, hookBusy)
 	}
-	if !l.rdl.IsZero() && l.rdl.Before(want) {
-		_ = l.conn.SetReadDeadline(want)
-	}
-	if !l.wdl.IsZero() && l.wdl.Before(want) {
-		_ = l.conn.SetWriteDeadline(want)
-	}
-	callHook(l.peer, hookBusy)
 }
 
 // lateAt is late and lateWrite for the deadline *dl (l.rdl or l.wdl) and

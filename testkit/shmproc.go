@@ -205,26 +205,7 @@ func shmStep(mode string, c comm.Communicator) (func(ctx context.Context, i int)
 	rank, size := c.Rank(), c.Size()
 	switch mode {
 	case comm.OpAllgatherv:
-		n := shmChaosBytes / 8
-		send, recv := make([]float64, n), make([]float64, n*size)
-		counts, displs := make([]int, size), make([]int, size)
-		for r := range size {
-			counts[r], displs[r] = n, r*n
-		}
-		return func(ctx context.Context, i int) error {
-			v := float64(rank*1_000_000 + i)
-			send[0], send[n/2], send[n-1] = v, v, v
-			if err := comm.Allgatherv(ctx, c, send, recv, counts, displs); err != nil {
-				return err
-			}
-			for r := range size {
-				want := float64(r*1_000_000 + i)
-				if recv[r*n] != want || recv[r*n+n/2] != want || recv[r*n+n-1] != want {
-					return fmt.Errorf("%w: iteration %d, region of rank %d holds %v, want %v", ErrWrongResult, i, r, recv[r*n], want)
-				}
-			}
-			return nil
-		}, nil
+		return AllgathervStep(c, shmChaosBytes/8), nil
 	case comm.OpAllreduce:
 		return AllreduceStep(c, 4), nil
 	case comm.OpBroadcast:

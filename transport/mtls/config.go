@@ -8,8 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"time"
+
+	"github.com/starcomm/starcomm/internal/filekind"
 )
 
 // Config holds the settings of a Listener and a Dialer. Start from
@@ -194,7 +195,7 @@ func ReadPEM(what, path string) ([]byte, error) {
 	if err != nil {
 		return nil, &FileError{What: what, Path: path, Reason: "cannot be read", Err: err}
 	}
-	if kind := notRegular(fi.Mode()); kind != "" {
+	if kind := filekind.NotRegular(fi.Mode()); kind != "" {
 		return nil, &FileError{What: what, Path: path, Reason: "is " + kind + ", not a regular file: give a PEM file"}
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxPEMFile+1))
@@ -205,24 +206,6 @@ func ReadPEM(what, path string) ([]byte, error) {
 		return nil, &FileError{What: what, Path: path, Reason: fmt.Sprintf("is larger than %d MiB: not a PEM file", maxPEMFile>>20)}
 	}
 	return b, nil
-}
-
-// notRegular names what a file of mode m is when it is not a regular
-// file, or returns "".
-func notRegular(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return ""
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return "of another kind (" + m.Type().String() + ")"
 }
 
 // Load reads this end's certificate chain, its private key and the CA

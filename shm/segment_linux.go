@@ -14,8 +14,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/starcomm/starcomm/internal/filekind"
 )
 
 // The segment's layout. Every offset is a multiple of 64 (a cache line) so
@@ -235,9 +233,24 @@ func join(ctx context.Context, cfg CommConfig, deadline time.Time) (*segment, er
 // than a regular file (mode m), which this rank leaves alone; nil for a
 // regular file.
 func notSegment(path string, m fs.FileMode) error {
-	what := filekind.NotRegular(m)
-	if what == "" {
+	// Not internal/filekind: shm imports comm, the standard library and
+	// x/sys only (TestImports).
+	var what string
+	switch {
+	case m.IsRegular():
 		return nil
+	case m&fs.ModeSymlink != 0:
+		what = "a symbolic link"
+	case m.IsDir():
+		what = "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		what = "a named pipe"
+	case m&fs.ModeDevice != 0:
+		what = "a device"
+	case m&fs.ModeSocket != 0:
+		what = "a socket"
+	default:
+		what = "of another kind (" + m.Type().String() + ")"
 	}
 	return fmt.Errorf("%s is %s, not a segment: remove it, or give the job another COBRE_SHM_NAME", path, what)
 }

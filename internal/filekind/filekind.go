@@ -1,6 +1,7 @@
 // Package filekind names the kind of a file that is not a regular file,
 // for the errors of the configuration's file checks (a token file, a TLS
-// file, a shared-memory segment's path).
+// file). The shm package, which imports only comm, the standard library
+// and x/sys, has its own for a segment's path.
 package filekind
 
 import "io/fs"

@@ -194,6 +194,10 @@ const modeStreamed = "allreduce-streamed"
 // each followed by a small allreduce.
 const modeGatherReduce = "allgatherv-allreduce"
 
+// modeGatherBigReduce is modeGatherReduce with a 24 MiB allreduce (each
+// worker's frame larger than its socket buffers) after each allgatherv.
+const modeGatherBigReduce = "allgatherv-bigallreduce"
+
 // errWrongResult is the cause when a collective returns data that is not
 // what every rank sent.
 var errWrongResult = testkit.ErrWrongResult
@@ -212,9 +216,12 @@ func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i in
 		// 24 MiB per rank: over 4 ranks ·n is 72 MiB, so rank 0
 		// streams the reduction (over 64 MiB).
 		return testkit.AllreduceStep(c, 24<<20/8), nil
-	case modeGatherReduce:
+	case modeGatherReduce, modeGatherBigReduce:
 		// 4 MiB per rank: over 4 ranks a 16 MiB result, relayed.
 		gather, reduce := testkit.AllgathervStep(c, 4<<20/8), testkit.AllreduceStep(c, 4)
+		if mode == modeGatherBigReduce {
+			reduce = testkit.AllreduceStep(c, 24<<20/8)
+		}
 		return func(ctx context.Context, i int) error {
 			if err := gather(ctx, i); err != nil {
 				return err

@@ -46,7 +46,7 @@ const (
 )
 
 // timingModes are the chaos-child modes this file adds.
-var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true, "giveup": true, "closefrozen": true, "stopzero": true, "lazyzero": true}
+var timingModes = map[string]bool{"timing": true, "wronglen": true, "panic": true, "wrongcounts": true, "giveup": true, "closefrozen": true, "stopzero": true, "lazyzero": true, "hangthird": true}
 
 // envInt reads an integer from the environment (def when unset).
 func envInt(name string, def int) int {
@@ -94,6 +94,8 @@ func timingChild(mode string) int {
 		return stopZeroChild()
 	case "lazyzero":
 		return lazyZeroChild()
+	case "hangthird":
+		return hangThirdChild()
 	}
 	rank := envInt("COBRE_TCP_RANK", -1)
 	if rank == envInt(envLateRank, -1) {
@@ -255,6 +257,43 @@ func lazyZeroChild() int {
 	begin := time.Now()
 	if err := comm.Allreduce(ctx, c, send, recv, comm.Sum); err != nil {
 		os.Exit(chaosReport(comm.OpAllreduce, err, time.Since(begin))) // at once
+	}
+	fmt.Println("DONE")
+	return 0
+}
+
+// hangThirdChild runs one rank of the hangthird mode: a barrier, its
+// control sessions up, "READY"; then an allgatherv (relayed) in which rank
+// 1 sends 8 MiB and the others 8 KiB: rank 1 and rank 2 call it at once,
+// rank 0 computes 0.75 collective timeouts (1.5 s) first, and rank 3
+// hangs (sleeps 20 s) before it. Every rank exits at once on its error.
+func hangThirdChild() int {
+	ctx := context.Background()
+	c, code := startPastBarrier(ctx)
+	if c == nil {
+		return code
+	}
+	fmt.Println("READY")
+	switch c.Rank() {
+	case 0:
+		time.Sleep(1500 * time.Millisecond)
+	case 3:
+		time.Sleep(20 * time.Second)
+	}
+	counts, displs := make([]int, c.Size()), make([]int, c.Size())
+	total := 0
+	for r := range counts {
+		counts[r] = 1 << 10
+		if r == 1 {
+			counts[r] = 1 << 20
+		}
+		displs[r] = total
+		total += counts[r]
+	}
+	send, recv := make([]float64, counts[c.Rank()]), make([]float64, total)
+	begin := time.Now()
+	if err := comm.Allgatherv(ctx, c, send, recv, counts, displs); err != nil {
+		os.Exit(chaosReport(comm.OpAllgatherv, err, time.Since(begin))) // at once
 	}
 	fmt.Println("DONE")
 	return 0
@@ -496,6 +535,31 @@ func TestRealCoordinatorComputesPastStreamedAllreduce(t *testing.T) {
 			assertFailedNaming(t, procs[0], res, 0)
 			assert.NotContains(t, res.msg, "crashed")
 			assertSurvivorsExit(t, ctx, procs, -1)
+		})
+	}
+}
+
+// TestRealThirdRankHangsInRelay: a relayed allgatherv in which rank 3
+// hangs before sending its header, rank 1 (8 MiB) and rank 2 (8 KiB)
+// arrive at once and rank 0 0.75 timeouts later. Rank 0, which waits for
+// every header before it reads the frames, times out on rank 3 a timeout
+// after its own arrival, and names it; rank 1's system gives up on its
+// link first (ETIMEDOUT, its frame unread for the timeout), which rank 1
+// cannot help. Ranks 0 and 2 must still name rank 3, the rank that hung.
+func TestRealThirdRankHangsInRelay(t *testing.T) {
+	skipUnlessChaos(t)
+	for run := range 2 {
+		t.Run(fmt.Sprintf("run=%d", run), func(t *testing.T) {
+			ctx := chaosWatchdog(t)
+			procs := startChaos(t, ctx, repeat("hangthird", 4), "COBRE_TCP_LIVENESS_SECS=10", "COBRE_TCP_TIMEOUT_SECS=2")
+			for _, r := range []int{1, 2, 0} {
+				p := procs[r]
+				res := parseResult(t, p.await(t, ctx, "RESULT "))
+				t.Logf("rank=%d named=%s call_ms=%s msg=%q", p.rank, res.fields["rank"], res.fields["call_ms"], res.msg)
+				if r != 1 {
+					assertFailedNaming(t, p, res, 3)
+				}
+			}
 		})
 	}
 }

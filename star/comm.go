@@ -335,6 +335,9 @@ func (c *Comm) begin(ctx context.Context, op string, root int) (pending, err err
 	c.seq++
 	c.seqNow.Store(c.seq)
 	c.op, c.opStart, c.bcastRoot = op, time.Now(), root
+	if w, ok := c.role.(*worker); ok {
+		w.up.unstretch() // a stretch was for an earlier collective
+	}
 	if c.seq <= c.pendingAfter {
 		return nil, nil // the pending failure is for later collectives
 	}

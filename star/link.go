@@ -147,6 +147,11 @@ type link struct {
 	sfree, sready chan []byte
 	sbuf          [2][]byte
 
+	// stretched is set while hereExtend or busyExtend holds the system's
+	// own timeout (transport.PeerTimeoutSetter) off past the link's (see
+	// unstretch).
+	stretched atomic.Bool
+
 	// ctl is the control session with the peer, once there is one (the
 	// coordinator attaches a worker's at any time after start-up).
 	ctl atomic.Pointer[control]
@@ -406,19 +411,31 @@ func (l *link) hereExtend(seq uint64, at time.Time) {
 	if !l.streamed.Load() || l.owner == nil || l.owner.seqNow.Load() != seq {
 		return
 	}
-	if l.moveDeadlines(at.Add(l.timeout + deadlineSlack(l.timeout))) {
+	// The system's own timeout too, on a frame that rank 0 leaves unread
+	// until every header is in (see busyExtend). current takes stateMu,
+	// which comes before dmu (see cancelLinks).
+	cur, _, start, running := l.owner.current()
+	if !running || cur != seq {
+		start = time.Time{}
+	}
+	if l.moveDeadlines(at.Add(l.timeout+deadlineSlack(l.timeout)), start) {
 		callHook(l.peer, hookHere)
 	}
 }
 
 // moveDeadlines moves the conn's pending deadlines that come before want
 // on to want (see hereExtend and busyExtend), unless the link is
-// cancelled or draining; it reports whether it looked.
-func (l *link) moveDeadlines(want time.Time) bool {
+// cancelled or draining; it reports whether it looked. With from set (the
+// running collective's start), it holds the system's own timeout on the
+// link off until want too (see stretch).
+func (l *link) moveDeadlines(want, from time.Time) bool {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
 	if l.cancelled() != nil || !l.until.IsZero() {
 		return false
+	}
+	if !from.IsZero() {
+		l.stretch(want.Sub(from))
 	}
 	if !l.rdl.IsZero() && l.rdl.Before(want) {
 		_ = l.conn.SetReadDeadline(want)
@@ -444,8 +461,43 @@ func (l *link) busyExtend(seq uint64, now time.Time) {
 	if l.owner == nil || l.owner.seqNow.Load() <= seq {
 		return
 	}
-	if l.moveDeadlines(now.Add(l.timeout + deadlineSlack(l.timeout))) {
+	// The system's own timeout (TCP_USER_TIMEOUT, the link's timeout)
+	// runs too, on a frame that rank 0 leaves unread, its window closed:
+	// it is held off as long, counted from this collective's start (the
+	// window can have closed no earlier), until the next one begins (see
+	// unstretch). current takes stateMu, which comes before dmu.
+	_, _, start, running := l.owner.current()
+	if !running || l.owner.seqNow.Load() <= seq {
+		start = time.Time{}
+	}
+	if l.moveDeadlines(now.Add(l.timeout+deadlineSlack(l.timeout)), start) {
 		callHook(l.peer, hookBusy)
+	}
+}
+
+// stretch holds the system's own timeout on the link
+// (transport.PeerTimeoutSetter: TCP_USER_TIMEOUT, which also runs while
+// the peer keeps its receive window closed) off for d, when d is longer
+// than the link's timeout, until unstretch. dmu is held.
+func (l *link) stretch(d time.Duration) {
+	if ps, ok := l.conn.(transport.PeerTimeoutSetter); ok && d > l.timeout {
+		if ps.SetPeerTimeout(d) == nil {
+			l.stretched.Store(true)
+		}
+	}
+}
+
+// unstretch restores the system's own timeout on the link when
+// hereExtend or busyExtend stretched it. A worker's collective calls it as
+// it begins (stateMu held).
+func (l *link) unstretch() {
+	if !l.stretched.Load() {
+		return
+	}
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if ps, ok := l.conn.(transport.PeerTimeoutSetter); ok && l.stretched.Swap(false) {
+		_ = ps.SetPeerTimeout(0)
 	}
 }
 

@@ -123,12 +123,15 @@ type UnreadCounter interface {
 // fail with a timeout, ETIMEDOUT over TCP) once the peer's host has
 // acknowledged nothing for about d: bytes sent and not acknowledged for d,
 // or, on an idle connection, keep-alive probes unanswered for d. A peer
-// whose process is busy, stopped or not reading still has its host
-// answer, so only a lost host or a cut network trips it (over TCP on Linux
-// 5.11 and later; before, a peer that kept its receive window closed for d
-// did too). SetPeerTimeout(0) restores the connection's own setting. Star's
-// coordinator sets it to the liveness timeout on the data link of a worker
-// that has no control session, whose heartbeats would otherwise do that.
+// whose process is busy or stopped still has its host answer, so an idle
+// connection trips it only when the host is lost or the network cut; but
+// bytes waiting to go while the peer keeps its receive window closed (its
+// process does not read) trip it too (over TCP on Linux, measured on 6.18:
+// the window probes count). SetPeerTimeout(0) restores the connection's
+// own setting. Star's coordinator sets it to the liveness timeout on the
+// data link of a worker that has no control session, whose heartbeats
+// would otherwise do that; a worker holds it off while rank 0 says that
+// it is here or busy (see star's link.busyExtend).
 type PeerTimeoutSetter interface {
 	SetPeerTimeout(d time.Duration) error
 }

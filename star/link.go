@@ -467,7 +467,7 @@ func (l *link) busyExtend(seq uint64, now time.Time) {
 	// window can have closed no earlier), until the next one begins (see
 	// unstretch). current takes stateMu, which comes before dmu.
 	_, _, start, running := l.owner.current()
-	if !running || l.owner.seqNow.Load() <= seq {
+	if !running {
 		start = time.Time{}
 	}
 	if l.moveDeadlines(now.Add(l.timeout+deadlineSlack(l.timeout)), start) {

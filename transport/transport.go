@@ -118,6 +118,41 @@ type UnreadCounter interface {
 	Unread() (int, error)
 }
 
+// AckReporter is an optional ability of a Conn: Acks reports how bytes
+// move on the connection (see Acks). Over TCP on Linux it reads TCP_INFO.
+// An error wrapping errors.ErrUnsupported means the system cannot tell.
+//
+// Star asks it when a deadline of a link's own passes, to tell a slow link
+// from a stalled peer (see star's link.slowWrite and link.moving): a write
+// that a slow link holds up while the peer's host keeps acknowledging and
+// offering room goes on under a fresh deadline; so does a read while the
+// peer's data still arrives, or while this end's earlier bytes still go
+// out to the peer (which reads them before it answers), the peer getting a
+// timeout from the latest. A peer that stops sending, or stops reading
+// (its window closes once its receive buffer is full), or whose host is
+// lost or cut off (it stops acknowledging) fails as before.
+type AckReporter interface {
+	Acks() (Acks, error)
+}
+
+// Acks is what an AckReporter reports.
+type Acks struct {
+	// SinceSent is how long ago this end last sent bytes of data
+	// (retransmissions included; not the probes of a closed window or of
+	// keep-alive).
+	SinceSent time.Duration
+	// SinceAcked is how long ago the peer's host last acknowledged
+	// anything.
+	SinceAcked time.Duration
+	// SinceReceived is how long ago the peer's data last arrived (read or
+	// not).
+	SinceReceived time.Duration
+	// Open reports whether the receive window the peer's host offered
+	// at its last acknowledgment was open (more than zero bytes: its
+	// receive buffer had room).
+	Open bool
+}
+
 // PeerTimeoutSetter is an optional ability of a Conn: SetPeerTimeout(d)
 // makes the system give up on the connection (its reads and writes then
 // fail with a timeout, ETIMEDOUT over TCP) once the peer's host has

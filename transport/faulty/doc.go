@@ -27,7 +27,10 @@
 //   - Deadline: the I/O at the trigger fails at once with
 //     os.ErrDeadlineExceeded, as if the timeout had expired.
 //   - Delay: the I/O at the trigger waits Delay first (or until its
-//     deadline), then goes on: a slow link, not a failure.
+//     deadline), then goes on: a slow link, not a failure. With Acked (the
+//     Write direction only) the peer's host acknowledges throughout, as
+//     Conn.Acks reports (transport.AckReporter), and a deadline that
+//     passes in the Delay leaves the rest of it to the next write.
 //   - CorruptTag: the frame's tag byte is replaced by 0xEE.
 //   - LenTooLarge, LenTooSmall: the frame's LEN is replaced by LEN+Extra
 //     (default: 0xFFFFFFFF) or LEN-1 (a LEN of 1 becomes 0). The rest of

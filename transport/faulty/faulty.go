@@ -99,6 +99,13 @@ type Fault struct {
 	Delay time.Duration
 	// Extra is added to LEN by LenTooLarge; 0 means set LEN to 0xFFFFFFFF.
 	Extra uint32
+	// Acked makes a Delay a slow link that moves every byte in its
+	// direction, not a stalled peer: the bytes keep going, and the hosts
+	// keep acknowledging, throughout, which both ends' Acks
+	// (transport.AckReporter) report; and the Delay outlasts a deadline
+	// that passes in it (the I/O that failed leaves the rest of the Delay
+	// to the next).
+	Acked bool
 	// Manual faults never trigger from the stream; Script.Fire triggers
 	// them.
 	Manual bool
@@ -118,6 +125,9 @@ func (f Fault) String() string {
 	s := fmt.Sprintf("%v rank=%d link=%d %v frame=%d offset=%d", f.Kind, f.Rank, f.Link, f.Dir, f.Frame, f.Offset)
 	if f.Control {
 		s += " control"
+	}
+	if f.Acked {
+		s += " acked"
 	}
 	return s
 }
@@ -150,6 +160,8 @@ func (f Fault) Check() error {
 		return bad("the coordinator never dials (RefuseDial is for a worker's rank)")
 	case f.Kind == Delay && f.Delay <= 0:
 		return bad("delay %v: a Delay fault needs a positive Delay", f.Delay)
+	case f.Acked && f.Kind != Delay:
+		return bad("Acked is for a Delay")
 	}
 	return nil
 }
@@ -400,7 +412,10 @@ type Conn struct {
 	// delay is when a Delay that fired in each direction ends (zero:
 	// none); the I/O of that direction waits until then (polled I/O
 	// returns nothing until then).
-	delay   [2]time.Time
+	delay [2]time.Time
+	// acked is when the latest Acked Delay of each direction ends (zero:
+	// none fired); see Acks.
+	acked   [2]time.Time
 	hs      [4]byte // the rank in a Handshake being read, until complete
 	pending []byte  // read bytes held back (a header, or data that came in as the end hung)
 	// look holds bytes of an accepted end's frame 0 read ahead from the
@@ -478,6 +493,82 @@ func (c *Conn) Unread() (int, error) {
 	}
 	n, err := uc.Unread()
 	return n + held, err
+}
+
+var _ transport.AckReporter = (*Conn)(nil)
+
+// Acks implements transport.AckReporter for the Acked Delays of the
+// script (see Fault.Acked), of this end and of its peer's (the other end
+// of the same link and kind, when it is wrapped by the same Script): while
+// one of this end's writes, or of the peer's reads, lasts, this end has
+// just sent and the peer's host has just acknowledged, its window open;
+// while one of this end's reads, or of the peer's writes, lasts, this end
+// has just received. After one, the ages count from its end (the link
+// moved the last bytes then); a direction with none is a day old. Before
+// any fired, and on an end that is hung, broken or closed, it fails with
+// an error wrapping errors.ErrUnsupported: the driver reports only what
+// the script says.
+func (c *Conn) Acks() (transport.Acks, error) {
+	c.mu.Lock()
+	out, in, stuck := c.acked[Write], c.acked[Read], c.hung || c.broken != nil
+	c.mu.Unlock()
+	select {
+	case <-c.closed:
+		stuck = true
+	default:
+	}
+	if p := c.s.peerOf(c); p != nil {
+		p.mu.Lock()
+		out, in = later(out, p.acked[Read]), later(in, p.acked[Write])
+		p.mu.Unlock()
+	}
+	if out.IsZero() && in.IsZero() || stuck {
+		return transport.Acks{}, fmt.Errorf("faulty: no acknowledgments scripted on this end: %w", errors.ErrUnsupported)
+	}
+	now := time.Now()
+	since := func(t time.Time) time.Duration {
+		if t.IsZero() {
+			return 24 * time.Hour
+		}
+		return max(now.Sub(t), 0)
+	}
+	return transport.Acks{SinceSent: since(out), SinceAcked: since(out), SinceReceived: since(in), Open: true}, nil
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// peerOf returns the latest end wrapped by s at the other end of c's link
+// (the coordinator's end of a worker's link, or the worker's end), of the
+// same kind (data or control), or nil.
+func (s *Script) peerOf(c *Conn) *Conn {
+	c.mu.Lock()
+	link, kind := c.link, c.kind
+	c.mu.Unlock()
+	s.mu.Lock()
+	conns := slices.Clone(s.conns)
+	s.mu.Unlock()
+	for i := len(conns) - 1; i >= 0; i-- {
+		o := conns[i]
+		if o == c || o.accepted == c.accepted {
+			continue
+		}
+		o.mu.Lock()
+		olink, okind := o.link, o.kind
+		o.mu.Unlock()
+		if okind != kind {
+			continue
+		}
+		if c.rank == 0 && o.rank == link || o.rank == 0 && olink == c.rank {
+			return o
+		}
+	}
+	return nil
 }
 
 var _ transport.PeerTimeoutSetter = (*Conn)(nil)
@@ -645,6 +736,9 @@ func (c *Conn) delayNow(f Fault) {
 	}
 	c.mu.Lock()
 	c.delay[f.Dir] = time.Now().Add(f.Delay)
+	if f.Acked {
+		c.acked[f.Dir] = c.delay[f.Dir]
+	}
 	c.mu.Unlock()
 }
 
@@ -850,6 +944,9 @@ func (c *Conn) act(dir Dir, f *armed, poll bool) error {
 		// The I/O waits for it in state, at once.
 		c.mu.Lock()
 		c.delay[dir] = time.Now().Add(f.Delay)
+		if f.Acked {
+			c.acked[dir] = c.delay[dir]
+		}
 		c.mu.Unlock()
 	}
 	return nil
@@ -915,9 +1012,10 @@ func (c *Conn) state(dir Dir, poll bool) error {
 			err = c.wait(dir, delay)
 		}
 		// The Delay is over, or its I/O failed (deadline, Close): it
-		// holds no further I/O.
+		// holds no further I/O, unless it is an Acked one that a deadline
+		// cut short (a slow link still moving the bytes).
 		c.mu.Lock()
-		if c.delay[dir].Equal(delay) {
+		if c.delay[dir].Equal(delay) && (err == nil || !c.acked[dir].Equal(delay) || !errors.Is(err, os.ErrDeadlineExceeded)) {
 			c.delay[dir] = time.Time{}
 		}
 		c.mu.Unlock()

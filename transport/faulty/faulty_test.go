@@ -3,6 +3,7 @@ package faulty_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"github.com/starcomm/starcomm/testkit"
 	"io"
@@ -617,6 +618,39 @@ func TestDelay(t *testing.T) {
 			require.Equal(t, stream[:len(frame0)+50], (<-got).data)
 		})
 	})
+	t.Run("fault=delay/case=acked", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := faulty.NewScript(faulty.Fault{Kind: faulty.Delay, Rank: 1, Dir: faulty.Write, Frame: 1, Offset: 50, Delay: delay, Acked: true})
+			w, peer := workerPair(t, s)
+			fc := faulty.ConnOf(w)
+			_, err := fc.Acks()
+			require.ErrorIs(t, err, errors.ErrUnsupported, "before the Delay fired")
+			got := testkit.Async(func() readResult { return readUntilErr(peer, 4096) })
+			start := time.Now()
+			require.NoError(t, w.SetWriteDeadline(start.Add(time.Second)))
+			res := writeChunks(w, frames)
+			require.ErrorIs(t, res.err, os.ErrDeadlineExceeded)
+			require.Equal(t, time.Second, time.Since(start))
+			require.Equal(t, len(frame0)+50, res.n)
+			ack, err := fc.Acks()
+			require.NoError(t, err)
+			require.Equal(t, transport.Acks{SinceReceived: 24 * time.Hour, Open: true}, ack, "in the Delay: sent and acknowledged just now")
+
+			// The deadline left the rest of the Delay to the next write.
+			require.NoError(t, w.SetWriteDeadline(time.Time{}))
+			rest := writeChunks(w, [][]byte{stream[res.n:]})
+			require.NoError(t, rest.err)
+			require.Equal(t, delay, time.Since(start), "the rest went when the Delay ended")
+			time.Sleep(2 * time.Second) // the fake clock: ages count from the Delay's end
+			ack, err = fc.Acks()
+			require.NoError(t, err)
+			require.Equal(t, transport.Acks{SinceSent: 2 * time.Second, SinceAcked: 2 * time.Second, SinceReceived: 24 * time.Hour, Open: true}, ack)
+			require.NoError(t, w.Close())
+			require.Equal(t, stream, (<-got).data)
+			_, err = fc.Acks()
+			require.ErrorIs(t, err, errors.ErrUnsupported, "a closed end")
+		})
+	})
 }
 
 // corruption is a header corruption and its expected effect.
@@ -834,6 +868,7 @@ func TestCheck(t *testing.T) {
 		{Kind: faulty.SysTimeout, Rank: 3, Link: -1, Control: true},
 		{Kind: faulty.Crash, Rank: 0, Manual: true, WholeRank: true}, // Link plays no part
 		{Kind: faulty.Delay, Rank: 1, Delay: time.Millisecond},
+		{Kind: faulty.Delay, Rank: 1, Dir: faulty.Read, Delay: time.Millisecond, Acked: true},
 		{Kind: faulty.RefuseDial, Rank: 1},
 	}
 	for _, f := range valid {
@@ -856,6 +891,7 @@ func TestCheck(t *testing.T) {
 		{faulty.Fault{Kind: faulty.Crash, Rank: 2, Offset: -5}, "offset -5 is negative"},
 		{faulty.Fault{Kind: faulty.RefuseDial, Rank: 0, Link: 1}, "the coordinator never dials"},
 		{faulty.Fault{Kind: faulty.Delay, Rank: 1}, "a Delay fault needs a positive Delay"},
+		{faulty.Fault{Kind: faulty.Hang, Rank: 1, Acked: true}, "Acked is for a Delay"},
 	} {
 		err := c.f.Check()
 		require.ErrorContains(t, err, c.want, "%v", c.f)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -284,25 +285,27 @@ func TestMultihostSessionlessCut(t *testing.T) {
 
 // TestMultihostSlowRankStreamed: a loop of streamed allreduces (24 MiB per
 // rank, so ·n is 72 MiB) over four hosts, collective timeout 2 s,
-// control sessions up; then rank 1's host link is capped at 20 Mbit/s
-// (its 24 MiB take about 10 s each way, 1 MiB in 0.42 s). Rank 0 takes
-// the other workers' frames, and sends the replies, only as fast as rank
-// 1's data comes, but every link moves well within the timeout: two more
-// allreduces complete on every rank, each result checked. Workers that
-// wrote their frame in calls of up to 4 MiB waited in one call through
-// several of rank 1's megabytes, and failed naming rank 0 in the first
-// capped allreduce.
+// control sessions up; then rank 1's host link is capped at 10 Mbit/s
+// (its 24 MiB take about 20 s each way). Rank 0 takes the other workers'
+// frames, and sends the replies, only as fast as rank 1's data comes, but
+// every link moves within the timeout: two more allreduces complete on
+// every rank, each result checked. Workers that wrote their frame in
+// calls of up to 4 MiB waited in one call through several of rank 1's
+// megabytes, and failed naming rank 0 in the first capped allreduce; and
+// at 10 Mbit/s rank 1's own write, which wakes only once a third of its
+// socket buffer is free (2.7 MiB, 2.2 s), outlasted its deadline until a
+// write whose link still moves went on (link.slowWrite).
 func TestMultihostSlowRankStreamed(t *testing.T) {
-	// Two allreduces under the cap take about 20 s.
-	slowRankUnderCap(t, modeStreamed, 2)
+	// Two allreduces under the cap take about 45 s.
+	slowRankUnderCap(t, modeStreamed, 2, "10mbit")
 }
 
 // slowRankUnderCap runs the chaos loop of mode on 4 hosts with the given
 // collective timeout (seconds) and a liveness of 10 s, caps rank 1's link
-// at 20 Mbit/s once every rank is READY, and requires two iterations to
+// at rate (tc's notation) once every rank is READY, and requires two iterations to
 // end under the cap on every rank (the first may have begun before it),
 // each checked, none failed.
-func slowRankUnderCap(t *testing.T, mode string, timeout int) {
+func slowRankUnderCap(t *testing.T, mode string, timeout int, rate string) {
 	t.Helper()
 	skipUnlessNetns(t, false)
 	const size, slow = 4, 1
@@ -318,7 +321,7 @@ func slowRankUnderCap(t *testing.T, mode string, timeout int) {
 	for _, p := range procs {
 		p.await(t, ctx, "READY ")
 	}
-	require.NoError(t, n.Limit(slow, "20mbit"), "cap host %d", slow)
+	require.NoError(t, n.Limit(slow, rate), "cap host %d at %s", slow, rate)
 	capped := time.Now()
 	for _, p := range procs {
 		// The first iteration that ends after the cap may have begun
@@ -346,13 +349,19 @@ func slowRankUnderCap(t *testing.T, mode string, timeout int) {
 // sessions that it is still in the allgatherv, and two more iterations
 // complete on every rank, each result checked. Before, ranks 2 and 3
 // waited a timeout from their arrival in the allreduce and failed it
-// naming rank 0, and then every rank did. The timeout is 4 s: rank 0's
-// writes to rank 1 wake only once a third of the socket buffer has gone
-// (see TestMultihostSlowRankStreamed), up to 2 s apart under this cap,
-// while its 16 MiB take 6.7 s.
+// naming rank 0, and then every rank did. The timeout is 2 s, while rank
+// 1's 16 MiB take 6.7 s: rank 0's writes to rank 1 wake only once a third
+// of the socket buffer has gone, up to 2 s apart under this cap, and go on
+// past their deadline while the link moves (link.slowWrite); rank 0 then
+// waits for rank 1's allreduce frame while rank 1 still reads the rest of
+// its result, which the socket buffers hold, and reads on while its data
+// still goes out (link.moving), telling ranks 2 and 3, which wait in the
+// allreduce, that it is still in it. Before (a 4 s timeout was needed),
+// rank 0 failed rank 1 at a write's deadline, then at the allreduce's
+// read, and then ranks 2 and 3 failed naming rank 0.
 func TestMultihostSlowRankRunAhead(t *testing.T) {
-	// Two iterations under the cap take about 16 s.
-	slowRankUnderCap(t, modeGatherReduce, 4)
+	// Two iterations under the cap take 7 to 12 s.
+	slowRankUnderCap(t, modeGatherReduce, 2, "20mbit")
 }
 
 // TestMultihostSlowRankRunAheadLarge: TestMultihostSlowRankRunAhead with
@@ -362,10 +371,67 @@ func TestMultihostSlowRankRunAhead(t *testing.T) {
 // keeps their windows closed. Rank 0's word that it is busy moves their
 // deadlines and holds off their system's own timeout (TCP_USER_TIMEOUT)
 // as long; without the latter they met ETIMEDOUT a timeout after their
-// arrival, and every rank named rank 0 (3 of 3 runs).
+// arrival, and every rank named rank 0 (3 of 3 runs). With a 2 s timeout
+// (a 4 s one was needed before) rank 0 also waits in the allreduce for
+// rank 1, which still reads its result, telling ranks 2 and 3, whose
+// frames it leaves unread meanwhile, that it is still in it (see
+// TestMultihostSlowRankRunAhead).
 func TestMultihostSlowRankRunAheadLarge(t *testing.T) {
 	// Two iterations under the cap take 20 to 40 s.
-	slowRankUnderCap(t, modeGatherBigReduce, 4)
+	slowRankUnderCap(t, modeGatherBigReduce, 2, "20mbit")
+}
+
+// TestMultihostSlowRankStopped: TestMultihostSlowRankRunAhead's loop, rank
+// 1's link capped at 20 Mbit/s, and then, once an iteration has ended under
+// the cap, rank 1's process stopped (SIGSTOP): a slow link must not hide
+// a hung rank. Its host still takes rank 0's bytes until its receive
+// buffer is full, and then closes its window; rank 0's I/O that goes on
+// while the link moves (link.slowWrite, link.moving) then stops going on,
+// and every other rank fails naming rank 1, a timeout after the link last
+// moved: within the timeout, the time the cap takes to fill rank 1's
+// socket buffers (8 MiB: 3.4 s) and two and a half seconds. Measured: 2.1
+// s when the stop came before a collective's frames, 5.3 to 5.4 s in the
+// middle of rank 1's result.
+func TestMultihostSlowRankStopped(t *testing.T) {
+	skipUnlessNetns(t, false)
+	if strings.HasPrefix(runtime.GOARCH, "mips") {
+		t.Skipf("SIGSTOP is signal %d only on Linux (not MIPS); this is %s", int(sigStop), runtime.GOARCH)
+	}
+	const size, slow, timeout = 4, 1, 2 * time.Second
+	n := newHosts(t, size, netns.Options{Names: hostNames(size)})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	procs := startChaosCmds(t, repeat(modeGatherReduce, size), func(r int) *exec.Cmd {
+		cmd := n.SelfCommand(r)
+		cmd.Env = hostEnv("node0", "COBRE_TCP_LIVENESS_SECS=10")
+		return cmd
+	}, "COBRE_TCP_TIMEOUT_SECS=2", envChaosReady+"=2", envChaosIters+"=1")
+	for _, p := range procs {
+		p.await(t, ctx, "READY ")
+	}
+	require.NoError(t, n.Limit(slow, "20mbit"), "cap host %d", slow)
+	capped := time.Now()
+	for l := procs[slow].await(t, ctx, "ITER "); !l.at.After(capped); l = procs[slow].await(t, ctx, "ITER ") {
+	}
+	stopped := procs[slow].signal(t, sigStop)
+	bound := timeout + 3400*time.Millisecond + 2500*time.Millisecond
+	for _, p := range procs {
+		if p.rank == slow {
+			continue
+		}
+		res := parseResult(t, p.await(t, ctx, "RESULT "))
+		detect := res.at.Sub(stopped)
+		t.Logf("rank %d: failed %.1f ms after the stop, naming %s: %s", p.rank, ms(detect), res.fields["rank"], res.msg)
+		assertFailedNaming(t, p, res, slow)
+		assert.GreaterOrEqual(t, detect, timeout*3/4, "rank %d failed before the timeout", p.rank)
+		assert.LessOrEqual(t, detect, bound, "rank %d detected the stopped rank late", p.rank)
+	}
+	procs[slow].signal(t, sigCont)
+	for _, p := range procs {
+		if p.rank != slow {
+			assert.Equal(t, chaosExitExpected, p.wait(t, ctx), "rank %d exit: %v\n%s", p.rank, p.state, p.dump())
+		}
+	}
 }
 
 // TestMultihostBindAddr: host 0 has two interfaces, eth0 (network 0, name

@@ -22,12 +22,17 @@ import (
 // float64 per rank, checked, and then a barrier, while rank 0's writes to
 // rank 1 of the allgatherv's result meet faults. It returns every rank's
 // error, how many faults fired, how many times a worker moved its
-// deadlines on rank 0's word that it was still busy, and how long it took.
-func busyJob(t *testing.T, timeout time.Duration, buffer, n int, faults ...faulty.Fault) (errs []error, fired int, busy int64, took time.Duration) {
-	var moved atomic.Int64
+// deadlines on rank 0's word that it was still busy, how many times I/O
+// between rank 0 and rank 1 went on past its deadline over a slow link
+// (link.slowWrite, link.moving), and how long it took.
+func busyJob(t *testing.T, timeout time.Duration, buffer, n int, faults ...faulty.Fault) (errs []error, fired int, busy, slow int64, took time.Duration) {
+	var moved, slowed atomic.Int64
 	restore := star.SetTestHook(func(rank int, point string) {
-		if point == star.HookBusy {
+		switch {
+		case point == star.HookBusy:
 			moved.Add(1)
+		case (point == star.HookSlowWrite || point == star.HookMoving) && rank <= 1:
+			slowed.Add(1)
 		}
 	})
 	defer restore()
@@ -56,7 +61,7 @@ func busyJob(t *testing.T, timeout time.Duration, buffer, n int, faults ...fault
 		}
 		return nil
 	})
-	return errs, s.Fired(), moved.Load(), time.Since(begin)
+	return errs, s.Fired(), moved.Load(), slowed.Load(), time.Since(begin)
 }
 
 // TestBusyWithSlowRank: rank 0 sends an allgatherv's result to rank 1
@@ -80,7 +85,7 @@ func TestBusyWithSlowRank(t *testing.T) {
 					{Kind: faulty.Delay, Rank: 0, Link: 1, Dir: faulty.Write, Frame: 1, Offset: 1 << 20, Delay: 9 * timeout / 10},
 					{Kind: faulty.Delay, Rank: 0, Link: 1, Dir: faulty.Write, Frame: 1, Offset: 5 << 20, Delay: timeout / 2},
 				}
-				errs, fired, busy, took := busyJob(t, timeout, buffer, n, faults...)
+				errs, fired, busy, _, took := busyJob(t, timeout, buffer, n, faults...)
 				for r, err := range errs {
 					assert.NoError(t, err, "rank %d", r)
 				}
@@ -105,7 +110,7 @@ func TestBusyThenHungNamesHungRank(t *testing.T) {
 			{Kind: faulty.Delay, Rank: 0, Link: 1, Dir: faulty.Write, Frame: 1, Offset: 1 << 20, Delay: 9 * timeout / 10},
 			{Kind: faulty.Hang, Rank: 0, Link: 1, Dir: faulty.Write, Frame: 1, Offset: 5 << 20},
 		}
-		errs, fired, _, _ := busyJob(t, timeout, 0, 192<<10, faults...)
+		errs, fired, _, _, _ := busyJob(t, timeout, 0, 192<<10, faults...)
 		assert.Equal(t, 2, fired, "the stall and the hang")
 		for r, err := range errs {
 			var cf *comm.CollectiveFailedError
@@ -115,4 +120,78 @@ func TestBusyThenHungNamesHungRank(t *testing.T) {
 			assert.Equal(t, 1, cf.Rank, "rank %d names the hung rank 1: %v", r, err)
 		}
 	})
+}
+
+// TestSlowLinkAcked: rank 0's write to rank 1 of an allgatherv's result
+// takes 1.5 timeouts while rank 1's host keeps acknowledging (a slow link
+// that moves every byte: an Acked Delay), and every rank completes the
+// allgatherv and the barrier after it. Rank 0's write outlives its
+// deadline and goes on (link.slowWrite), and rank 1, which waits for its
+// result meanwhile, is kept from its own timeout by rank 0's word that it
+// is still in the collective (msgBusy, which workers in the collective
+// now heed too). Before, rank 0 failed the allgatherv at its write's
+// deadline, naming rank 1, and without the word rank 1 failed naming rank
+// 0. The same Delay unacknowledged (a peer that takes nothing) still
+// fails, naming rank 1.
+func TestSlowLinkAcked(t *testing.T) {
+	const timeout = 10 * time.Second
+	const n = 192 << 10 // float64: 1.5 MiB per rank, a 6 MiB result
+	for _, buffer := range []int{0, 1 << 20} {
+		t.Run(fmt.Sprintf("buffer=%d", buffer), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				slow := faulty.Fault{Kind: faulty.Delay, Rank: 0, Link: 1, Dir: faulty.Write, Frame: 1, Offset: 1 << 20, Delay: 3 * timeout / 2, Acked: true}
+				errs, fired, busy, slowed, took := busyJob(t, timeout, buffer, n, slow)
+				for r, err := range errs {
+					assert.NoError(t, err, "rank %d", r)
+				}
+				assert.Equal(t, 1, fired, "the slow link")
+				assert.GreaterOrEqual(t, took, 3*timeout/2, "it waited through the slow link")
+				assert.Positive(t, slowed, "rank 0's write went on past its deadline")
+				assert.Positive(t, busy, "workers told that rank 0 was busy")
+			})
+		})
+	}
+	t.Run("unacknowledged", func(t *testing.T) {
+		testkit.SyncTest(t, func(t *testing.T) {
+			stall := faulty.Fault{Kind: faulty.Delay, Rank: 0, Link: 1, Dir: faulty.Write, Frame: 1, Offset: 1 << 20, Delay: 3 * timeout / 2}
+			errs, fired, _, slowed, _ := busyJob(t, timeout, 0, n, stall)
+			assert.Equal(t, 1, fired, "the stall")
+			assert.Zero(t, slowed, "no write went on")
+			for r, err := range errs {
+				var cf *comm.CollectiveFailedError
+				if assert.True(t, errors.As(err, &cf), "rank %d: got %v, want a CollectiveFailedError", r, err) {
+					assert.Equal(t, 1, cf.Rank, "rank %d names rank 1: %v", r, err)
+				}
+			}
+		})
+	})
+}
+
+// TestSlowLinkMoving: rank 1 takes an allgatherv's result from rank 0 over
+// a slow link, its reads held for 1.5 timeouts while the bytes keep
+// moving (an Acked Delay of rank 1's reads), and every rank completes the
+// allgatherv and the barrier after it. Rank 1's read outlives its deadline
+// and goes on, the data still arriving, and rank 0, whose write went into
+// the buffer at once (or, unbuffered, goes on past its deadline) and which
+// waits for rank 1 in the barrier, reads on while its data still goes out
+// to rank 1 (link.moving): rank 1 reads it before it answers. Before,
+// rank 1 failed naming rank 0, and rank 0 failed the barrier naming rank
+// 1, a timeout after its arrival.
+func TestSlowLinkMoving(t *testing.T) {
+	const timeout = 10 * time.Second
+	const n = 192 << 10 // float64: 1.5 MiB per rank, a 6 MiB result
+	for _, buffer := range []int{0, 8 << 20} {
+		t.Run(fmt.Sprintf("buffer=%d", buffer), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				slow := faulty.Fault{Kind: faulty.Delay, Rank: 1, Link: 0, Dir: faulty.Read, Frame: 1, Offset: 1 << 20, Delay: 3 * timeout / 2, Acked: true}
+				errs, fired, _, moved, took := busyJob(t, timeout, buffer, n, slow)
+				for r, err := range errs {
+					assert.NoError(t, err, "rank %d", r)
+				}
+				assert.Equal(t, 1, fired, "the slow link")
+				assert.GreaterOrEqual(t, took, 3*timeout/2, "it waited through the slow link")
+				assert.Positive(t, moved, "I/O went on past its deadline")
+			})
+		})
+	}
 }

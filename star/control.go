@@ -68,12 +68,14 @@ const (
 	// know it skip it.
 	msgHere byte = 5
 	// msgBusy, coordinator to worker: a collective's sequence number (u64
-	// BE), sent to a worker that has the whole result of that collective
-	// while the coordinator is still in it (sending the result to a
-	// slower rank, say), every busyEvery once the collective has lasted
-	// that long: the worker, which may already wait for the coordinator
-	// in its next collective, moves its deadlines on to a timeout from
-	// then (see link.busyExtend). Workers that do not know it skip it.
+	// BE), sent to every worker while the coordinator is still in that
+	// collective (sending the result to a slower rank, or waiting for
+	// one), every busyEvery once the collective has lasted that long: a
+	// worker that runs it, or already waits for the coordinator in a
+	// later one, moves its deadlines on to a timeout from then (see
+	// link.busyExtend); one that has not begun it ignores it. Workers
+	// that do not know it skip it (earlier versions heed it only in a
+	// later collective).
 	msgBusy byte = 6
 )
 

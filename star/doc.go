@@ -265,6 +265,18 @@
 // MiB): a peer that lets nothing move for Timeout is declared failed,
 // within Timeout + min(Timeout/20, 250 ms). A rank that computes between
 // collectives for less than the timeout is not failed, whatever it does.
+// "Move" is counted on the link, where the transport can tell
+// (transport.AckReporter: TCP_INFO over TCP on Linux 6.2 and later), not
+// per call: a write whose deadline passes while the peer's host keeps
+// acknowledging with its window open goes on (over a slow link a write
+// blocked on a full socket wakes only once a third of its send buffer is
+// free, megabytes that take seconds), and a read whose deadline passes
+// while the peer's data still arrives, or while this rank's earlier data
+// still goes out to the peer (which reads it before it answers), reads on
+// until a timeout after the link last moved (see link.slowWrite and
+// link.moving). A peer that stops reading (its window closes once its
+// receive buffer is full), stops sending, or whose host is lost (it stops
+// acknowledging) is failed a timeout after its link last moved.
 // A closed link surfaces as io.EOF (between frames) or io.ErrUnexpectedEOF
 // (mid-frame), a hang as a deadline error (os.ErrDeadlineExceeded), a
 // reset as syscall.ECONNRESET, a connection the system gave up on
@@ -420,13 +432,13 @@
 //     waits up to 100 ms (lastWordsWait) for the session's kind 4, or its
 //     end, and reports the worker's reason rather than a closed
 //     connection (see Comm.sessionWords; a worker does the same for the
-//     coordinator's Abort). The coordinator tells a worker that has
-//     its whole result of the running collective, every busyEvery once
-//     that collective has lasted as long, that it is still in it (kind 6:
-//     the collective's number, u64 BE): a worker already waiting in its
-//     next collective then waits a timeout from that word, not from its
-//     own arrival, while rank 0 serves a slower rank's link (see
-//     link.busyExtend). With
+//     coordinator's Abort). The coordinator tells every worker, every
+//     busyEvery once the running collective has lasted as long, that it
+//     is still in it (kind 6: the collective's number, u64 BE): a worker
+//     in that collective, or already waiting in a later one, then waits a
+//     timeout from that word, not from its own arrival, while rank 0
+//     serves a slower rank's link or waits for a rank that still takes
+//     the collective before (see link.busyExtend). With
 //     Config.CheckCollectives each worker sends the fingerprint of each
 //     collective here before its data (kind 2: sequence number,
 //     operation, element type, counts or length, root, reduce op); the

@@ -117,6 +117,15 @@ const HookHere = hookHere
 // rank 0's word that it is still in an earlier collective.
 const HookBusy = hookBusy
 
+// HookSlowWrite is the hook point at which a write whose deadline passed
+// while the peer's host kept acknowledging went on (the rank is the
+// peer's).
+const HookSlowWrite = hookSlowWrite
+
+// HookMoving is the hook point at which a read whose deadline passed while
+// the link still moved bytes read on (the rank is the peer's).
+const HookMoving = hookMoving
+
 // HookDuplex is the hook point at which a worker begins to write its frame
 // while it reads the reply.
 const HookDuplex = hookDuplex

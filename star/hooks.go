@@ -47,6 +47,14 @@ const (
 	// peer a fresh timeout (the hook's rank is the peer's; see
 	// link.late).
 	hookAbsent = "absent"
+	// hookSlowWrite: a write whose deadline passed while the peer's host
+	// kept acknowledging with its window open goes on under a fresh
+	// deadline (the hook's rank is the peer's; see link.slowWrite).
+	hookSlowWrite = "slow-write"
+	// hookMoving: a read whose deadline passed while the link still
+	// moved bytes reads on (the hook's rank is the peer's; see
+	// link.moving).
+	hookMoving = "moving"
 	// hookAwaitSession: the desync check waits for a worker's control
 	// session, not attached yet (the hook's rank is the worker's).
 	hookAwaitSession = "await-session"

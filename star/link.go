@@ -39,6 +39,7 @@ type link struct {
 	lw     transport.LowWaterReader
 	uc     transport.UnsentCounter
 	ur     transport.UnreadCounter
+	ar     transport.AckReporter
 	// astage is the page-aligned buffer in which writeAll copies a
 	// medium-sized frame, or a large frame's lead, before it writes it
 	// (see alignedStageMax and leadFrag); allocated on first use (see
@@ -186,6 +187,7 @@ func newLink(peer int, conn transport.Conn, timeout time.Duration) *link {
 	l.lw, _ = conn.(transport.LowWaterReader)
 	l.uc, _ = conn.(transport.UnsentCounter)
 	l.ur, _ = conn.(transport.UnreadCounter)
+	l.ar, _ = conn.(transport.AckReporter)
 	if dw, ok := conn.(transport.DirectWriter); ok {
 		l.direct = dw.WritesDirect()
 	}
@@ -337,7 +339,47 @@ func (l *link) late(err error) bool {
 	if l.readsOn(err) {
 		return true
 	}
-	return l.ur != nil && l.lateAt(err, &l.rdl, func() bool { n, err := l.ur.Unread(); return err == nil && n > 0 })
+	return l.ur != nil && l.lateAt(err, &l.rdl, func() bool { n, err := l.ur.Unread(); return err == nil && n > 0 }) ||
+		l.moving(err)
+}
+
+// moving is late for a read deadline of the link's own that passed while
+// the link still moved bytes (transport.AckReporter): the peer's data
+// arrived less than a timeout ago (a slow link fills a read's low-water
+// mark, see readFull, only every so often), or this end's data went to
+// the peer, and its host acknowledged some, less than a timeout ago (a
+// peer reads what came before it answers: the rest of a large result,
+// say, that a slow link still carries while this end waits in the next
+// collective). The read deadline becomes a timeout after the latest of
+// those (rfix, until a read moves), and hookMoving is called. A peer that
+// stops sending, or whose host is lost (it stops acknowledging), or that
+// stops reading (its window closes, after which no data goes) is failed
+// at a later deadline, a timeout after the link last moved.
+func (l *link) moving(err error) bool {
+	if l.ar == nil || !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) || !l.until.IsZero() || l.cancelled() != nil {
+		return false
+	}
+	ack, aerr := l.ar.Acks()
+	if aerr != nil {
+		return false
+	}
+	last := ack.SinceReceived
+	if ack.SinceAcked < l.timeout {
+		last = min(last, ack.SinceSent)
+	}
+	if last >= l.timeout {
+		return false
+	}
+	now := time.Now()
+	fix := now.Add(l.timeout + deadlineSlack(l.timeout) - last)
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.cancelled() != nil || l.rdl.IsZero() || now.Before(l.rdl) {
+		return false
+	}
+	l.rdl, l.rfix = time.Time{}, fix
+	callHook(l.peer, hookMoving)
+	return true
 }
 
 // readsOn is late for a read deadline of the link's own that passed while
@@ -387,11 +429,42 @@ func monoTime(n int64) time.Time { return monoBase.Add(time.Duration(n)) }
 // pass at least lateMin late while the system had sent every byte written
 // before (nothing waits unsent in the socket): the peer kept up, and this
 // process was away; or a deadline that passed in the middle of a long
-// absence (as for late). The write deadline is cleared, and the caller
-// writes on (the rest of what it was writing). A peer that took nothing
-// is otherwise failed as before.
+// absence (as for late); or a write that a slow link held up (see
+// slowWrite). The write deadline is cleared, and the caller writes on (the
+// rest of what it was writing). A peer that took nothing is otherwise
+// failed as before.
 func (l *link) lateWrite(err error) bool {
-	return l.uc != nil && l.lateAt(err, &l.wdl, func() bool { n, err := l.uc.Unsent(); return err == nil && n == 0 })
+	return l.uc != nil && l.lateAt(err, &l.wdl, func() bool { n, err := l.uc.Unsent(); return err == nil && n == 0 }) ||
+		l.slowWrite(err)
+}
+
+// slowWrite is lateWrite for a write whose own deadline passed while the
+// peer's host kept taking bytes: it acknowledged some within the last
+// timeout, and its receive window was open (transport.AckReporter). The
+// link is slow, not the peer stalled: over TCP a write blocked on a full
+// socket wakes only once a third of the send buffer is free, megabytes
+// that a slow link takes seconds to move, so a write call can outlast a
+// timeout while every byte moves. The write deadline is cleared (the
+// caller arms a fresh one), and hookSlowWrite is called. A peer that stops
+// reading closes its window once its receive buffer is full, and one
+// whose host is lost stops acknowledging: each is failed at a later
+// deadline, within a timeout and a receive buffer's time on the link.
+func (l *link) slowWrite(err error) bool {
+	if l.ar == nil || !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) || !l.until.IsZero() || l.cancelled() != nil {
+		return false
+	}
+	ack, aerr := l.ar.Acks()
+	if aerr != nil || !ack.Open || ack.SinceAcked >= l.timeout {
+		return false
+	}
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.cancelled() != nil || l.wdl.IsZero() || time.Now().Before(l.wdl) {
+		return false
+	}
+	l.wdl = time.Time{}
+	callHook(l.peer, hookSlowWrite)
+	return true
 }
 
 // hereExtend moves the link's pending deadlines on to a timeout (this
@@ -449,16 +522,18 @@ func (l *link) moveDeadlines(want, from time.Time) bool {
 // busyExtend moves the link's pending deadlines on to a timeout (this
 // link's, with the reply margin) after now, when rank 0 said at that time
 // (msgBusy, on the control session) that it is still in collective seq,
-// whose whole result this worker has, and this worker runs a later one:
-// rank 0 cannot take this worker's frame, or send it a result, before it
-// has ended seq (sending the result to a slower rank, say), and it fails
-// seq itself, naming the rank at fault, if that rank makes no progress
-// for a timeout. Without it the worker would wait a timeout from its own
+// and this worker runs seq or a later one: rank 0 cannot take this
+// worker's frame, or send it a result, before it has ended seq (sending
+// the result to a slower rank, say), nor send it seq's result before the
+// slower ranks' frames are in (a slower rank may still be taking the
+// result of the collective before, see link.moving), and it fails seq
+// itself, naming the rank at fault, if that rank makes no progress for a
+// timeout. Without it the worker would wait a timeout from its own
 // arrival, and fail naming rank 0 while rank 0 still serves a slow link.
 // As for hereExtend, only the conn's deadlines move. It runs on the
 // control session's reader.
 func (l *link) busyExtend(seq uint64, now time.Time) {
-	if l.owner == nil || l.owner.seqNow.Load() <= seq {
+	if l.owner == nil || l.owner.seqNow.Load() < seq {
 		return
 	}
 	// The system's own timeout (TCP_USER_TIMEOUT, the link's timeout)

@@ -59,8 +59,8 @@ func (l *link) deliver(seq uint64, now time.Time) {
 	l.prog.doneAt.Store(now)
 }
 
-// busyEvery is how often a coordinator still in a collective tells the
-// workers that have its whole result so (msgBusy, see busyMonitor):
+// busyEvery is how often a coordinator still in a collective tells its
+// workers so (msgBusy, see busyMonitor):
 // min(timeout/4, 1 s), at least 1 ms. A worker's deadline, moved to a
 // timeout after each word, then stays at least three quarters of a
 // timeout ahead.
@@ -68,12 +68,15 @@ func busyEvery(timeout time.Duration) time.Duration {
 	return max(min(timeout/4, time.Second), time.Millisecond)
 }
 
-// busyMonitor tells, every busyEvery until stopped, each worker that has
-// the whole result of the running collective, once that collective has
-// lasted busyEvery, that this rank is still in it (msgBusy; see
-// link.busyExtend): such a worker may already wait in its next
-// collective for this rank, which is still sending the result to a
-// slower rank. This rank's own deadlines bound the collective, and a
+// busyMonitor tells, every busyEvery until stopped, each worker with a
+// control session, once the running collective has lasted busyEvery,
+// that this rank is still in it (msgBusy; see link.busyExtend): a worker
+// with the result may already wait in its next collective for this rank,
+// which is still sending the result to a slower rank; one that arrived
+// waits for its reply, or for this rank to take its frame, while this
+// rank waits for a slower rank, which may still be taking the previous
+// collective's result over a slow link (see link.moving). A worker
+// that has not begun the collective ignores the word. This rank's own deadlines bound the collective, and a
 // rank that makes no progress for a timeout fails it, named: the word
 // keeps the waiting workers from timing out first, naming rank 0. A
 // frozen rank 0 sends nothing, and its workers time out as before.
@@ -94,7 +97,7 @@ func (co *coordinator) busyMonitor() {
 			until := now.Add(every)
 			for _, l := range co.workers {
 				ctl := l.ctl.Load()
-				if ctl == nil || l.prog.done.Load() != seq {
+				if ctl == nil {
 					continue
 				}
 				if body == nil {

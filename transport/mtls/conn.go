@@ -73,6 +73,7 @@ var (
 	_ transport.CloseWriter   = (*Conn)(nil)
 	_ transport.UnsentCounter = (*Conn)(nil)
 	_ transport.UnreadCounter = (*Conn)(nil)
+	_ transport.AckReporter   = (*Conn)(nil)
 )
 
 // newConn wraps inner; mk builds the tls.Conn over the raw conn.
@@ -454,6 +455,17 @@ func (c *Conn) Unsent() (int, error) {
 	c.raw.wmu.Unlock()
 	n, err := uc.Unsent()
 	return n + stashed, err
+}
+
+// Acks implements transport.AckReporter with the inner conn's report: the
+// TLS records move as the bytes that carry them do. Over an inner conn
+// that cannot tell, it fails with an error wrapping errors.ErrUnsupported.
+func (c *Conn) Acks() (transport.Acks, error) {
+	ar, ok := c.inner.(transport.AckReporter)
+	if !ok {
+		return transport.Acks{}, fmt.Errorf("mtls: the inner conn cannot tell how bytes move: %w", errors.ErrUnsupported)
+	}
+	return ar.Acks()
 }
 
 // Close closes the inner conn, which ends any I/O in progress and a

@@ -2,7 +2,9 @@ package mtls
 
 import (
 	"context"
+	"errors"
 	"io"
+	"runtime"
 	"testing"
 	"time"
 
@@ -79,4 +81,44 @@ func TestQueues(t *testing.T) {
 		}
 		last = n
 	}
+}
+
+// TestAcks: over TLS over TCP, Acks is the TCP connection's: once the
+// peer has read a record, this end sent data and the peer's host
+// acknowledged it moments ago, its window open. Over a pipe, which cannot
+// tell, it fails with errors.ErrUnsupported.
+func TestAcks(t *testing.T) {
+	p := testPKI(t)
+	l := tcpListen(t, p.config(t, p.server))
+	type accepted struct {
+		c   transport.Conn
+		err error
+	}
+	acc := async(func() accepted { c, err := l.Accept(); return accepted{c, err} })
+	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
+	defer cancel()
+	a, err := tcpDialer(p.config(t, p.client)).Dial(ctx, l.Addr())
+	require.NoError(t, err)
+	defer a.Close()
+	res := await(t, acc, "Accept")
+	require.NoError(t, res.err)
+	defer res.c.Close()
+
+	wrote := async(func() error { _, err := a.Write([]byte{1}); return err })
+	_, err = io.ReadFull(res.c, make([]byte, 1))
+	require.NoError(t, err)
+	require.NoError(t, await(t, wrote, "Write"))
+	ar, ok := a.(transport.AckReporter)
+	require.True(t, ok, "%T implements transport.AckReporter", a)
+	ack, err := ar.Acks()
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("this system cannot tell (TCP_INFO's tcpi_snd_wnd is read on Linux 6.2 and later, %s here): %v", runtime.GOOS, err)
+	}
+	require.NoError(t, err)
+	require.True(t, ack.Open, "%+v", ack)
+	require.Less(t, ack.SinceSent, time.Second, "%+v", ack)
+	require.Less(t, ack.SinceAcked, time.Second, "%+v", ack)
+
+	_, err = (&Conn{inner: nil}).Acks()
+	require.True(t, errors.Is(err, errors.ErrUnsupported), "an inner conn that cannot tell: %v", err)
 }

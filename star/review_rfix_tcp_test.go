@@ -1,0 +1,104 @@
+package star
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/starcomm/starcomm/transport/tcp"
+)
+
+// awayNthConn is a TCP conn whose rank goes away (stopped, starved) once,
+// in its nth Read, after the read was armed: during runs as it goes away.
+type awayNthConn struct {
+	*tcp.Conn
+	nth    int
+	away   time.Duration
+	during func()
+	reads  atomic.Int64
+}
+
+func (c *awayNthConn) Read(p []byte) (int, error) {
+	if int(c.reads.Add(1)) == c.nth {
+		if c.during != nil {
+			c.during()
+		}
+		time.Sleep(c.away)
+	}
+	return c.Conn.Read(p)
+}
+
+// TestReviewMovingThenAwayLivelock: over real TCP (Linux >= 6.2, where
+// tcp.Conn.Acks works), a rank waits for a 3-byte frame while its own
+// earlier bytes still go out to the peer, which acknowledges them (the
+// situation link.moving was made for): at the first deadline, moving sets
+// rfix. The rank then goes away (stopped, starved) across rfix, and the
+// peer's frame arrives meanwhile: exactly what lateAt handles (see
+// TestLateReaderReadsOn), and the frame should be read. But lateAt clears
+// rdl and not rfix, so every arm re-sets the passed rfix, every Read fails
+// at once, and lateAt (bytes unread, the deadline long past) says "read
+// on" again: the read spins forever, without reading the frame or failing.
+func TestReviewMovingThenAwayLivelock(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	l, peer := tcpLinkPair(t, timeout)
+	if _, err := l.conn.(*tcp.Conn).Acks(); errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("no tcp.Conn.Acks here:", err)
+	}
+	// The peer reads everything this end sends (its window stays open).
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	raw := l.conn.(*tcp.Conn)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // this end's earlier data still going out, a byte at a time
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := raw.Write([]byte{0}); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	ac := &awayNthConn{Conn: raw, nth: 2, away: timeout + deadlineSlack(timeout) + 50*time.Millisecond}
+	ac.during = func() {
+		_, err := peer.Write(append(lateHeader(4, TagBroadcast), 7, 8, 9))
+		assert.NoError(t, err)
+	}
+	l = newLink(1, ac, timeout)
+	var moved atomic.Int64
+	defer SetTestHook(func(_ int, point string) {
+		if point == hookMoving {
+			moved.Add(1)
+		}
+	})()
+	part := make([]byte, 3)
+	l.beginRead(TagBroadcast, [][]byte{part})
+	done := make(chan error, 1)
+	go func() { done <- l.finishRead() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+		assert.Equal(t, []byte{7, 8, 9}, part)
+	case <-time.After(5 * time.Second):
+		reads := ac.reads.Load()
+		l.cancel(errors.New("test: given up"))
+		<-done
+		t.Fatalf("the read neither completed nor failed in 5 s (25 timeouts): %d Read calls, moving fired %d times; the frame waits unread", reads, moved.Load())
+	}
+	assert.Positive(t, moved.Load(), "moving set rfix before the absence")
+}

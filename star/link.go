@@ -591,6 +591,9 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 	late := time.Since(*dl) >= lateMin(l.timeout) || l.owner != nil && l.owner.absentAfter(armed)
 	if late && moved() {
 		*dl = time.Time{}
+		if dl == &l.rdl {
+			l.rfix = time.Time{} // a passed rfix would be armed again, and fail every read at once
+		}
 		return true
 	}
 	if l.owner == nil || !l.owner.absentAcross(*dl, time.Now(), l.timeout/2) {
@@ -605,6 +608,9 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 	}
 	l.spared = seq + 1
 	*dl = time.Time{}
+	if dl == &l.rdl {
+		l.rfix = time.Time{}
+	}
 	callHook(l.peer, hookAbsent)
 	return true
 }

@@ -68,12 +68,12 @@ const (
 	// know it skip it.
 	msgHere byte = 5
 	// msgBusy, coordinator to worker: a collective's sequence number (u64
-	// BE), sent to every worker while the coordinator is still in that
-	// collective (sending the result to a slower rank, or waiting for
-	// one), every busyEvery once the collective has lasted that long: a
-	// worker that runs it, or already waits for the coordinator in a
-	// later one, moves its deadlines on to a timeout from then (see
-	// link.busyExtend); one that has not begun it ignores it. Workers
+	// BE), sent while the coordinator is still in that collective (sending
+	// the result to a slower rank, or waiting for one), every busyEvery
+	// once the collective has lasted that long, to the workers that
+	// busyMonitor names: a worker that runs it, or already waits for the
+	// coordinator in a later one, moves its deadlines on to a timeout from
+	// then (see link.busyExtend); one that has not begun it ignores it. Workers
 	// that do not know it skip it (earlier versions heed it only in a
 	// later collective).
 	msgBusy byte = 6

@@ -56,6 +56,11 @@ type coordinator struct {
 	hereSeq   atomic.Uint64
 	hereStart atomic.Int64
 	hereTimer *time.Timer
+	// movedAt is when a call on a worker's link last went on past its
+	// deadline because the link still moved (monoNow; 0: never), and
+	// movedPast wakes busyMonitor when one does (see linkMoved).
+	movedAt   atomic.Int64
+	movedPast chan struct{}
 	firsts    [][]byte // a streamed allreduce: chunk 0 of every worker
 }
 
@@ -91,7 +96,8 @@ type result struct {
 // newCoordinator starts the goroutine of every link (links[r] is rank r's;
 // links[0] is nil; none for a communicator of size 1).
 func newCoordinator(c *Comm, links []*link) *coordinator {
-	co := &coordinator{c: c, byRank: links, results: make(chan result, 2*c.size), opBytes: make([]byte, c.size), quit: make(chan struct{})}
+	co := &coordinator{c: c, byRank: links, results: make(chan result, 2*c.size), opBytes: make([]byte, c.size), quit: make(chan struct{}),
+		movedPast: make(chan struct{}, 1)}
 	if len(links) > 1 {
 		co.workers = links[1:]
 	}
@@ -100,6 +106,7 @@ func newCoordinator(c *Comm, links []*link) *coordinator {
 	for _, l := range co.workers {
 		co.polled = co.polled && l.poller != nil
 		l.owner = c
+		l.onMoved = co.linkMoved
 		l.ctlReads = true
 		l.reqs = make(chan request, 1)
 		l.wreqs = make(chan request, 1)

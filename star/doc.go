@@ -275,8 +275,11 @@
 // still goes out to the peer (which reads it before it answers), reads on
 // until a timeout after the link last moved (see link.slowWrite and
 // link.moving). A peer that stops reading (its window closes once its
-// receive buffer is full), stops sending, or whose host is lost (it stops
-// acknowledging) is failed a timeout after its link last moved.
+// receive buffer is full) or stops sending is failed a timeout after its
+// link last moved; one whose host is lost (it stops acknowledging) within
+// two timeouts of its last acknowledgment. Rank 0, while it lets such
+// calls go on, tells every worker that it is still in the collective
+// (kind 6, see busyMonitor).
 // A closed link surfaces as io.EOF (between frames) or io.ErrUnexpectedEOF
 // (mid-frame), a hang as a deadline error (os.ErrDeadlineExceeded), a
 // reset as syscall.ECONNRESET, a connection the system gave up on
@@ -432,13 +435,15 @@
 //     waits up to 100 ms (lastWordsWait) for the session's kind 4, or its
 //     end, and reports the worker's reason rather than a closed
 //     connection (see Comm.sessionWords; a worker does the same for the
-//     coordinator's Abort). The coordinator tells every worker, every
-//     busyEvery once the running collective has lasted as long, that it
+//     coordinator's Abort). The coordinator tells the workers that have
+//     its whole result of the running collective, and every worker while
+//     it lets calls go on past their deadline because a link still moves,
+//     every busyEvery once that collective has lasted as long, that it
 //     is still in it (kind 6: the collective's number, u64 BE): a worker
 //     in that collective, or already waiting in a later one, then waits a
 //     timeout from that word, not from its own arrival, while rank 0
 //     serves a slower rank's link or waits for a rank that still takes
-//     the collective before (see link.busyExtend). With
+//     the collective before (see busyMonitor, link.busyExtend). With
 //     Config.CheckCollectives each worker sends the fingerprint of each
 //     collective here before its data (kind 2: sequence number,
 //     operation, element type, counts or length, root, reduce op); the

@@ -40,6 +40,10 @@ type link struct {
 	uc     transport.UnsentCounter
 	ur     transport.UnreadCounter
 	ar     transport.AckReporter
+	// onMoved, when set (the coordinator's links), is called when a call
+	// goes on past its deadline because the link still moved (see
+	// slowWrite, moving, coordinator.linkMoved). It takes no lock.
+	onMoved func()
 	// astage is the page-aligned buffer in which writeAll copies a
 	// medium-sized frame, or a large frame's lead, before it writes it
 	// (see alignedStageMax and leadFrag); allocated on first use (see
@@ -351,8 +355,10 @@ func (l *link) late(err error) bool {
 // peer reads what came before it answers: the rest of a large result,
 // say, that a slow link still carries while this end waits in the next
 // collective). The read deadline becomes a timeout after the latest of
-// those (rfix, until a read moves), and hookMoving is called. A peer that
-// stops sending, or whose host is lost (it stops acknowledging), or that
+// those (rfix, until a read moves: every read path clears it once bytes
+// come, and lateAt when it reads on), and hookMoving and onMoved are
+// called. A peer that stops sending, or whose host is lost (it stops
+// acknowledging; a retransmission is sent but not acknowledged), or that
 // stops reading (its window closes, after which no data goes) is failed
 // at a later deadline, a timeout after the link last moved.
 func (l *link) moving(err error) bool {
@@ -365,7 +371,9 @@ func (l *link) moving(err error) bool {
 	}
 	last := ack.SinceReceived
 	if ack.SinceAcked < l.timeout {
-		last = min(last, ack.SinceSent)
+		// This end's data moved when it was both sent and acknowledged:
+		// a retransmission to a lost host is sent, not acknowledged.
+		last = min(last, max(ack.SinceSent, ack.SinceAcked))
 	}
 	if last >= l.timeout {
 		return false
@@ -379,6 +387,9 @@ func (l *link) moving(err error) bool {
 	}
 	l.rdl, l.rfix = time.Time{}, fix
 	callHook(l.peer, hookMoving)
+	if l.onMoved != nil {
+		l.onMoved()
+	}
 	return true
 }
 
@@ -445,10 +456,13 @@ func (l *link) lateWrite(err error) bool {
 // socket wakes only once a third of the send buffer is free, megabytes
 // that a slow link takes seconds to move, so a write call can outlast a
 // timeout while every byte moves. The write deadline is cleared (the
-// caller arms a fresh one), and hookSlowWrite is called. A peer that stops
-// reading closes its window once its receive buffer is full, and one
-// whose host is lost stops acknowledging: each is failed at a later
-// deadline, within a timeout and a receive buffer's time on the link.
+// caller arms a fresh one), hookSlowWrite is called, and so is onMoved. A
+// peer that stops reading closes its window once its receive buffer is
+// full, and is failed at a later deadline, within a timeout and a receive
+// buffer's time on the link; one whose host is lost stops acknowledging,
+// and is failed within two timeouts of its last acknowledgment (the
+// system's own timeout, TCP_USER_TIMEOUT, which is the link's timeout
+// unless kind 5 or 6 stretched it, may end the link sooner).
 func (l *link) slowWrite(err error) bool {
 	if l.ar == nil || !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) || !l.until.IsZero() || l.cancelled() != nil {
 		return false
@@ -464,6 +478,9 @@ func (l *link) slowWrite(err error) bool {
 	}
 	l.wdl = time.Time{}
 	callHook(l.peer, hookSlowWrite)
+	if l.onMoved != nil {
+		l.onMoved()
+	}
 	return true
 }
 
@@ -1249,6 +1266,15 @@ func (l *link) pollRead() (done bool, got int, err error) { return l.pollReadAt(
 
 // pollReadAt is pollRead at time now (see armAt).
 func (l *link) pollReadAt(now time.Time) (done bool, got int, err error) {
+	done, got, err = l.pollReadOnce(now)
+	if got > 0 && !l.rfix.IsZero() {
+		l.rfix = time.Time{} // it moved: fresh deadlines again (see moving)
+	}
+	return done, got, err
+}
+
+// pollReadOnce is pollReadAt but for clearing l.rfix.
+func (l *link) pollReadOnce(now time.Time) (done bool, got int, err error) {
 	if err := l.armAt(false, now); err != nil {
 		return false, 0, err
 	}

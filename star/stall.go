@@ -59,7 +59,7 @@ func (l *link) deliver(seq uint64, now time.Time) {
 	l.prog.doneAt.Store(now)
 }
 
-// busyEvery is how often a coordinator still in a collective tells its
+// busyEvery is how often a coordinator still in a collective tells
 // workers so (msgBusy, see busyMonitor):
 // min(timeout/4, 1 s), at least 1 ms. A worker's deadline, moved to a
 // timeout after each word, then stays at least three quarters of a
@@ -68,18 +68,26 @@ func busyEvery(timeout time.Duration) time.Duration {
 	return max(min(timeout/4, time.Second), time.Millisecond)
 }
 
-// busyMonitor tells, every busyEvery until stopped, each worker with a
-// control session, once the running collective has lasted busyEvery,
-// that this rank is still in it (msgBusy; see link.busyExtend): a worker
-// with the result may already wait in its next collective for this rank,
-// which is still sending the result to a slower rank; one that arrived
-// waits for its reply, or for this rank to take its frame, while this
-// rank waits for a slower rank, which may still be taking the previous
-// collective's result over a slow link (see link.moving). A worker
-// that has not begun the collective ignores the word. This rank's own deadlines bound the collective, and a
-// rank that makes no progress for a timeout fails it, named: the word
-// keeps the waiting workers from timing out first, naming rank 0. A
-// frozen rank 0 sends nothing, and its workers time out as before.
+// busyMonitor tells, every busyEvery until stopped, once the running
+// collective has lasted busyEvery, the workers with a control session
+// that this rank is still in it (msgBusy; see link.busyExtend):
+//   - those that have its whole result, which may already wait in their
+//     next collective for this rank while it still sends the result to a
+//     slower rank;
+//   - every worker, while this rank has let a call go on past its
+//     deadline within the last two timeouts because its link still moved
+//     (link.slowWrite, link.moving; the first such call sends the word at
+//     once): this rank then waits longer than a timeout for a slow rank
+//     (one still taking the previous collective's result, say), and the
+//     workers that wait in the collective for their reply, or for this
+//     rank to take their frame, must not time out first. A worker that has
+//     not begun the collective ignores the word.
+//
+// This rank's own deadlines bound the collective, and a rank that makes no
+// progress for a timeout fails it, named: the word keeps the waiting
+// workers from timing out first, naming rank 0. A frozen rank 0 sends
+// nothing, and one whose links stop moving stops telling the workers in
+// the collective: they time out as before.
 func (co *coordinator) busyMonitor() {
 	every := busyEvery(co.c.cfg.Timeout)
 	tick := time.NewTicker(every)
@@ -89,23 +97,45 @@ func (co *coordinator) busyMonitor() {
 		case <-co.quit:
 			return
 		case now := <-tick.C:
-			seq, _, start, running := co.c.current()
-			if !running || now.Sub(start) < every {
-				continue
-			}
-			var body []byte // one per word: its sends may outlive the tick
-			until := now.Add(every)
-			for _, l := range co.workers {
-				ctl := l.ctl.Load()
-				if ctl == nil {
-					continue
-				}
-				if body == nil {
-					body = binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
-				}
-				ctl.goUnlessStopped(func() { _ = ctl.send(msgBusy, body, until) })
-			}
+			co.sayBusy(now, every, false)
+		case <-co.movedPast:
+			co.sayBusy(time.Now(), every, true)
 		}
+	}
+}
+
+// sayBusy sends msgBusy for the running collective, if it has lasted
+// every (or kicked: a call just went on past its deadline), to the workers
+// that busyMonitor describes.
+func (co *coordinator) sayBusy(now time.Time, every time.Duration, kicked bool) {
+	seq, _, start, running := co.c.current()
+	if !running || !kicked && now.Sub(start) < every {
+		return
+	}
+	last := co.movedAt.Load()
+	all := last != 0 && now.Sub(monoTime(last)) < 2*co.c.cfg.Timeout
+	var body []byte // one per word: its sends may outlive the tick
+	until := now.Add(every)
+	for _, l := range co.workers {
+		ctl := l.ctl.Load()
+		if ctl == nil || !all && l.prog.done.Load() != seq {
+			continue
+		}
+		if body == nil {
+			body = binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
+		}
+		ctl.goUnlessStopped(func() { _ = ctl.send(msgBusy, body, until) })
+	}
+}
+
+// linkMoved records that a call on one of this rank's links went on past
+// its deadline because the link still moved (see link.onMoved), and wakes
+// busyMonitor. It takes no lock.
+func (co *coordinator) linkMoved() {
+	co.movedAt.Store(monoNow())
+	select {
+	case co.movedPast <- struct{}{}:
+	default:
 	}
 }
 

@@ -149,7 +149,8 @@ type Acks struct {
 	SinceReceived time.Duration
 	// Open reports whether the receive window the peer's host offered
 	// at its last acknowledgment was open (more than zero bytes: its
-	// receive buffer had room).
+	// receive buffer had room); false where the system does not say (Linux
+	// before 6.2).
 	Open bool
 }
 

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -18,14 +17,10 @@ var _ transport.AckReporter = (*Conn)(nil)
 // Acks implements transport.AckReporter with getsockopt(TCP_INFO):
 // SinceSent is tcpi_last_data_sent, SinceAcked tcpi_last_ack_recv,
 // SinceReceived tcpi_last_data_recv (each in milliseconds, counted in the
-// kernel's jiffies), and Open is tcpi_snd_wnd > 0. On a kernel older than
-// 6.2, whose tcp_info has no tcpi_snd_wnd, it fails with an error wrapping
-// errors.ErrUnsupported. It allocates; it is called only when a deadline
-// has passed.
+// kernel's jiffies), and Open is tcpi_snd_wnd > 0; on a kernel older than
+// 6.2, whose tcp_info has no tcpi_snd_wnd, Open is false (unknown). It
+// allocates; it is called only when a deadline has passed.
 func (c *Conn) Acks() (transport.Acks, error) {
-	if !hasSndWnd() {
-		return transport.Acks{}, fmt.Errorf("tcp: TCP_INFO has no tcpi_snd_wnd before Linux 6.2: %w", errors.ErrUnsupported)
-	}
 	var info *unix.TCPInfo
 	var serr error
 	err := c.rc.Control(func(fd uintptr) {
@@ -41,7 +36,7 @@ func (c *Conn) Acks() (transport.Acks, error) {
 		SinceSent:     time.Duration(info.Last_data_sent) * time.Millisecond,
 		SinceAcked:    time.Duration(info.Last_ack_recv) * time.Millisecond,
 		SinceReceived: time.Duration(info.Last_data_recv) * time.Millisecond,
-		Open:          info.Snd_wnd > 0,
+		Open:          hasSndWnd() && info.Snd_wnd > 0,
 	}, nil
 }
 

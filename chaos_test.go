@@ -51,6 +51,12 @@ const (
 	// envChaosIters, when set, makes the child print "ITER N" after each
 	// completed iteration N.
 	envChaosIters = "STARCOMM_TEST_CHAOS_ITERS"
+	// envChaosComputeMS and envChaosComputeRank, when both set, make that
+	// rank compute (sleep) that many milliseconds before each collective
+	// of a streamed or relayed chaos step (modeStreamed, modeGatherReduce,
+	// modeGatherBigReduce).
+	envChaosComputeMS   = "STARCOMM_TEST_CHAOS_COMPUTE_MS"
+	envChaosComputeRank = "STARCOMM_TEST_CHAOS_COMPUTE_RANK"
 )
 
 // Exit codes of a chaos child.
@@ -202,9 +208,32 @@ const modeGatherBigReduce = "allgatherv-bigallreduce"
 // what every rank sent.
 var errWrongResult = testkit.ErrWrongResult
 
+// chaosCompute is how long rank computes before each collective of its
+// chaos step (see envChaosComputeMS).
+func chaosCompute(rank int) time.Duration {
+	ms, err1 := strconv.Atoi(os.Getenv(envChaosComputeMS))
+	r, err2 := strconv.Atoi(os.Getenv(envChaosComputeRank))
+	if err1 != nil || err2 != nil || r != rank {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// computeThen is step f after d of compute (none when d is 0).
+func computeThen(d time.Duration, f func(ctx context.Context, i int) error) func(ctx context.Context, i int) error {
+	if d <= 0 {
+		return f
+	}
+	return func(ctx context.Context, i int) error {
+		time.Sleep(d)
+		return f(ctx, i)
+	}
+}
+
 // chaosStep returns iteration i of the loop of mode, which checks what it
 // receives.
 func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i int) error, error) {
+	compute := chaosCompute(c.Rank())
 	switch mode {
 	case comm.OpAllgatherv:
 		return testkit.AllgathervStep(c, chaosBytes/8), nil
@@ -215,12 +244,12 @@ func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i in
 	case modeStreamed:
 		// 24 MiB per rank: over 4 ranks ·n is 72 MiB, so rank 0
 		// streams the reduction (over 64 MiB).
-		return testkit.AllreduceStep(c, 24<<20/8), nil
+		return computeThen(compute, testkit.AllreduceStep(c, 24<<20/8)), nil
 	case modeGatherReduce, modeGatherBigReduce:
 		// 4 MiB per rank: over 4 ranks a 16 MiB result, relayed.
-		gather, reduce := testkit.AllgathervStep(c, 4<<20/8), testkit.AllreduceStep(c, 4)
+		gather, reduce := computeThen(compute, testkit.AllgathervStep(c, 4<<20/8)), computeThen(compute, testkit.AllreduceStep(c, 4))
 		if mode == modeGatherBigReduce {
-			reduce = testkit.AllreduceStep(c, 24<<20/8)
+			reduce = computeThen(compute, testkit.AllreduceStep(c, 24<<20/8))
 		}
 		return func(ctx context.Context, i int) error {
 			if err := gather(ctx, i); err != nil {

@@ -110,18 +110,20 @@ func watchArrivals(t *testing.T, n *netns.Net, i int, stop <-chan struct{}) func
 // detected by every worker within timeout + 750 ms, on a slow link plus
 // the time the link takes to carry what the socket buffers still held").
 //
-// At 9fe909e it failed 3 of 3 runs, each rank late by about a worker's
-// timeout, by two paths:
+// The first build that let calls go on while the link moved failed it 3
+// of 3 runs, each rank late by about a worker's timeout, by two paths,
+// each now closed (with either path open again it fails 2 of 2):
 //   - rank 1, 4.8 to 5.0 s after its last byte: the read deadline that
 //     link.moving set a timeout after the last byte passed with the
 //     frame's last bytes, below the read's low-water mark, unread;
 //     readFull read them, took that for progress and armed a fresh
-//     timeout;
+//     timeout (readFull now keeps moving's deadline until the read ends);
 //   - ranks 2 and 3, in the relayed allgatherv, 5.0 to 5.2 s after the stop
 //     (5 of 6): busyExtend moves the conn's read deadline but not l.rdl,
 //     so when the moved deadline passed, lateAt saw l.rdl long gone
 //     ("noticed 300 ms late": this process was away) and, with bytes
-//     unread, gave rank 0 a fresh timeout.
+//     unread, gave rank 0 a fresh timeout (lateAt now counts from the
+//     moved deadline).
 //
 // (Stopped between collectives instead, ranks 2 and 3 fail 2.1 to 2.5 s
 // after the stop.)
@@ -161,9 +163,9 @@ func TestMultihostSlowLinkRootStopped(t *testing.T) {
 // naming rank 3, not before a timeout after the stop and within rank 0's
 // time in the collective before (at most the 6.7 s that rank 1's result
 // takes under the cap), a timeout, the time the uncapped rank 3's socket
-// buffers take to fill, and 1.5 s. Measured at 9fe909e: 3.3 to 3.4 s
-// after a stop at 1 s, 5.2 to 5.6 s after one at 4 s (rank 1 up to 6.6
-// s: it reads the rest of its result before the Abort that follows it).
+// buffers take to fill, and 1.5 s. Measured: 3.3 to 3.4 s after a stop at
+// 1 s, 5.2 to 5.6 s after one at 4 s (rank 1 up to 6.6 s: it reads the
+// rest of its result before the Abort that follows it).
 func TestMultihostSlowLinkThirdStopped(t *testing.T) {
 	const victim, timeout = 3, 2 * time.Second
 	for _, d := range []time.Duration{time.Second, 4 * time.Second} {
@@ -192,13 +194,17 @@ func TestMultihostSlowLinkThirdStopped(t *testing.T) {
 // timeout between collectives is never failed"), and two iterations must
 // end under the cap on every rank.
 //
-// At 9fe909e every rank failed naming rank 0 (4 of 4 runs; 2 of 2 passed
-// with 0.7 T): ranks 2 and 3, in the allreduce, heard rank 0's last busy
-// word (kind 6) of the allgatherv up to busyEvery (T/4) before rank 0
+// The build that sent kind 6 to every worker whenever a collective lasted
+// busyEvery failed it 6 of 6 runs, every rank naming rank 0 (2 of 2
+// passed with 0.7 T): ranks 2 and 3, in the allreduce, heard rank 0's
+// last busy word of the allgatherv up to busyEvery (T/4) before rank 0
 // ended it, then nothing while rank 0 computed, and nothing in the
 // allreduce's first busyEvery, while rank 0 waited for rank 1 still
 // reading its result: up to compute + 2·busyEvery (2.8 s) of silence
-// against a worker's 2.5 s timeout and its slack.
+// against a worker's 2.5 s timeout and its slack. It passes on this build
+// (3 of 3), which sends the word to every worker at once when rank 0 lets
+// a call go on and while it does, and keeps moved deadlines in lateAt's
+// count.
 func TestMultihostSlowLinkRootComputes(t *testing.T) {
 	skipUnlessNetns(t, false)
 	const size, slow = 4, 1

@@ -139,9 +139,18 @@ type link struct {
 	writing  atomic.Bool
 	wroteEnd atomic.Int64
 	// rfix, when set, is the read deadline armAt sets in place of a fresh
-	// one (see readsOn), until a read moves (readFull clears it). The
-	// reader's own.
+	// one (see readsOn and moving), until a read moves (see rfixMoved).
+	// The reader's own.
 	rfix time.Time
+	// rfixMoved is set while rfix is moving's (a timeout after the link
+	// last moved): a read that then takes bytes keeps it, for the bytes
+	// may have waited unread below the read's low-water mark since before
+	// the peer stopped (see readFull). The reader's own.
+	rfixMoved bool
+	// rmoved and wmoved are the conn's deadlines as moveDeadlines last
+	// moved them past rdl and wdl, until the next arm (zero: not moved);
+	// lateAt counts a deadline as passed from them. Under dmu.
+	rmoved, wmoved time.Time
 	// streamed is set while a worker runs an allreduce that rank 0
 	// streams or an allgatherv that it may relay (see worker.allreduce,
 	// worker.allgatherv and hereExtend).
@@ -276,6 +285,11 @@ func (l *link) armAt(write bool, now time.Time) error {
 		return err
 	}
 	*cur = want
+	if write {
+		l.wmoved = time.Time{}
+	} else {
+		l.rmoved = time.Time{}
+	}
 	// A deadline that cannot be set (a pipe refuses once the peer has
 	// closed) is not the error to report: the I/O reports the real one.
 	if write {
@@ -355,9 +369,11 @@ func (l *link) late(err error) bool {
 // peer reads what came before it answers: the rest of a large result,
 // say, that a slow link still carries while this end waits in the next
 // collective). The read deadline becomes a timeout after the latest of
-// those (rfix, until a read moves: every read path clears it once bytes
-// come, and lateAt when it reads on), and hookMoving and onMoved are
-// called. A peer that stops sending, or whose host is lost (it stops
+// those (rfix: the polling and relay reads clear it once bytes come;
+// readFull keeps it through its bytes, which may have waited unread below
+// its low-water mark since before the peer stopped, and clears it when the
+// read ends; lateAt clears it when it reads on), and hookMoving and
+// onMoved are called. A peer that stops sending, or whose host is lost (it stops
 // acknowledging; a retransmission is sent but not acknowledged), or that
 // stops reading (its window closes, after which no data goes) is failed
 // at a later deadline, a timeout after the link last moved.
@@ -385,7 +401,7 @@ func (l *link) moving(err error) bool {
 	if l.cancelled() != nil || l.rdl.IsZero() || now.Before(l.rdl) {
 		return false
 	}
-	l.rdl, l.rfix = time.Time{}, fix
+	l.rdl, l.rfix, l.rfixMoved = time.Time{}, fix, true
 	callHook(l.peer, hookMoving)
 	if l.onMoved != nil {
 		l.onMoved()
@@ -421,8 +437,16 @@ func (l *link) readsOn(err error) bool {
 	if l.cancelled() != nil || l.rdl.IsZero() || time.Now().Before(l.rdl) {
 		return false
 	}
-	l.rdl, l.rfix = time.Time{}, fix
+	l.rdl, l.rfix, l.rfixMoved = time.Time{}, fix, false
 	return true
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // monoBase is the origin of monoNow: a time with a monotonic reading.
@@ -529,9 +553,11 @@ func (l *link) moveDeadlines(want, from time.Time) bool {
 	}
 	if !l.rdl.IsZero() && l.rdl.Before(want) {
 		_ = l.conn.SetReadDeadline(want)
+		l.rmoved = want
 	}
 	if !l.wdl.IsZero() && l.wdl.Before(want) {
 		_ = l.conn.SetWriteDeadline(want)
+		l.wmoved = want
 	}
 	return true
 }
@@ -605,15 +631,24 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 		return false
 	}
 	armed := dl.Add(-l.timeout - deadlineSlack(l.timeout))
-	late := time.Since(*dl) >= lateMin(l.timeout) || l.owner != nil && l.owner.absentAfter(armed)
+	// The deadline the conn had: moveDeadlines may have moved it past *dl
+	// (kind 5 or 6), and a deadline that passed when it was moved to is
+	// not one this process saw late.
+	passed := *dl
+	if mv := l.rmoved; dl == &l.wdl {
+		passed = later(passed, l.wmoved)
+	} else {
+		passed = later(passed, mv)
+	}
+	late := time.Since(passed) >= lateMin(l.timeout) || l.owner != nil && l.owner.absentAfter(armed)
 	if late && moved() {
 		*dl = time.Time{}
 		if dl == &l.rdl {
-			l.rfix = time.Time{} // a passed rfix would be armed again, and fail every read at once
+			l.rfix, l.rfixMoved = time.Time{}, false // a passed rfix would be armed again, and fail every read at once
 		}
 		return true
 	}
-	if l.owner == nil || !l.owner.absentAcross(*dl, time.Now(), l.timeout/2) {
+	if l.owner == nil || !l.owner.absentAcross(passed, time.Now(), l.timeout/2) {
 		return false
 	}
 	// Once per collective and link: a process stopped again and again
@@ -626,7 +661,7 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 	l.spared = seq + 1
 	*dl = time.Time{}
 	if dl == &l.rdl {
-		l.rfix = time.Time{}
+		l.rfix, l.rfixMoved = time.Time{}, false
 	}
 	callHook(l.peer, hookAbsent)
 	return true
@@ -1133,7 +1168,7 @@ func (l *link) readFull(p []byte, left int) error {
 		if l.lw == nil || (left <= pollMax && !l.lowSet) {
 			k, err := io.ReadFull(l.conn, p[:n])
 			p, left = p[k:], left-k
-			if k > 0 {
+			if k > 0 && !l.rfixMoved {
 				l.rfix = time.Time{} // it moved: fresh deadlines again
 			}
 			if err != nil {
@@ -1151,7 +1186,7 @@ func (l *link) readFull(p []byte, left int) error {
 		}
 		k, err := l.conn.Read(p[:n])
 		p, left = p[k:], left-k
-		if k > 0 {
+		if k > 0 && !l.rfixMoved {
 			l.rfix = time.Time{}
 		}
 		if err != nil && len(p) > 0 {
@@ -1160,6 +1195,12 @@ func (l *link) readFull(p []byte, left int) error {
 			}
 			return l.ioErr(err, false)
 		}
+	}
+	if l.rfixMoved {
+		// moving's deadline held through this read's bytes (some may
+		// have waited unread since before the peer stopped); the next
+		// read arms afresh.
+		l.rfix, l.rfixMoved = time.Time{}, false
 	}
 	return nil
 }
@@ -1268,7 +1309,7 @@ func (l *link) pollRead() (done bool, got int, err error) { return l.pollReadAt(
 func (l *link) pollReadAt(now time.Time) (done bool, got int, err error) {
 	done, got, err = l.pollReadOnce(now)
 	if got > 0 && !l.rfix.IsZero() {
-		l.rfix = time.Time{} // it moved: fresh deadlines again (see moving)
+		l.rfix, l.rfixMoved = time.Time{}, false // it moved: fresh deadlines again (see moving)
 	}
 	return done, got, err
 }

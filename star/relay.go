@@ -259,7 +259,7 @@ func (co *coordinator) relayRead(l *link) error {
 		n, err := l.conn.Read(p[have:end])
 		if n > 0 {
 			have += n
-			l.rfix = time.Time{} // it moved: fresh deadlines again (see link.moving)
+			l.rfix, l.rfixMoved = time.Time{}, false // it moved: fresh deadlines again (see link.moving)
 			co.rs.publish(l.peer, have)
 		}
 		if err != nil && have < len(p) {

@@ -182,7 +182,7 @@ func (w *worker) exchangeDuplex(tag byte, extra, send []byte, want byte, parts .
 	rerr := l.awaitFrame(0, want, parts...)
 	werr := <-w.sent
 	l.wroteEnd.Store(0)
-	l.rfix = time.Time{}
+	l.rfix, l.rfixMoved = time.Time{}, false
 	l.relayReading.Store(false)
 	l.wordsLater = false
 	var ab *AbortError

@@ -39,11 +39,6 @@ type link struct {
 	lw     transport.LowWaterReader
 	uc     transport.UnsentCounter
 	ur     transport.UnreadCounter
-	ar     transport.AckReporter
-	// onMoved, when set (the coordinator's links), is called when a call
-	// goes on past its deadline because the link still moved (see
-	// slowWrite, moving, coordinator.linkMoved). It takes no lock.
-	onMoved func()
 	// astage is the page-aligned buffer in which writeAll copies a
 	// medium-sized frame, or a large frame's lead, before it writes it
 	// (see alignedStageMax and leadFrag); allocated on first use (see
@@ -142,15 +137,6 @@ type link struct {
 	// one (see readsOn and moving), until a read moves (see rfixMoved).
 	// The reader's own.
 	rfix time.Time
-	// rfixMoved is set while rfix is moving's (a timeout after the link
-	// last moved): a read that then takes bytes keeps it, for the bytes
-	// may have waited unread below the read's low-water mark since before
-	// the peer stopped (see readFull). The reader's own.
-	rfixMoved bool
-	// rmoved and wmoved are the conn's deadlines as moveDeadlines last
-	// moved them past rdl and wdl, until the next arm (zero: not moved);
-	// lateAt counts a deadline as passed from them. Under dmu.
-	rmoved, wmoved time.Time
 	// streamed is set while a worker runs an allreduce that rank 0
 	// streams or an allgatherv that it may relay (see worker.allreduce,
 	// worker.allgatherv and hereExtend).
@@ -184,6 +170,24 @@ type link struct {
 	// drainHead is the first bytes drained (at most drainHeadMax): an
 	// Abort waiting there is the peer's last word (see drainedAbort).
 	drainHead []byte
+
+	// The slow-link fields, used only once a deadline has passed (kept
+	// apart from the fields of every I/O call).
+	// ar is the conn's transport.AckReporter, or nil.
+	ar transport.AckReporter
+	// onMoved, when set (the coordinator's links), is called when a call
+	// goes on past its deadline because the link still moved (see
+	// slowWrite, moving, coordinator.linkMoved). It takes no lock.
+	onMoved func()
+	// rfixMoved is set while rfix is moving's (a timeout after the link
+	// last moved): a read that then takes bytes keeps it, for the bytes
+	// may have waited unread below the read's low-water mark since before
+	// the peer stopped (see readFull). The reader's own.
+	rfixMoved bool
+	// rmoved and wmoved are the conn's deadlines as moveDeadlines last
+	// moved them past rdl and wdl, until the next arm (zero: not moved);
+	// lateAt counts a deadline as passed from them. Under dmu.
+	rmoved, wmoved time.Time
 }
 
 // cancelCause is why a link was cancelled.

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -393,26 +392,10 @@ func TestMultihostSlowRankRunAheadLarge(t *testing.T) {
 // s when the stop came before a collective's frames, 5.3 to 5.4 s in the
 // middle of rank 1's result.
 func TestMultihostSlowRankStopped(t *testing.T) {
-	skipUnlessNetns(t, false)
-	if strings.HasPrefix(runtime.GOARCH, "mips") {
-		t.Skipf("SIGSTOP is signal %d only on Linux (not MIPS); this is %s", int(sigStop), runtime.GOARCH)
-	}
-	const size, slow, timeout = 4, 1, 2 * time.Second
-	n := newHosts(t, size, netns.Options{Names: hostNames(size)})
+	const slow, timeout = 1, 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	procs := startChaosCmds(t, repeat(modeGatherReduce, size), func(r int) *exec.Cmd {
-		cmd := n.SelfCommand(r)
-		cmd.Env = hostEnv("node0", "COBRE_TCP_LIVENESS_SECS=10")
-		return cmd
-	}, "COBRE_TCP_TIMEOUT_SECS=2", envChaosReady+"=2", envChaosIters+"=1")
-	for _, p := range procs {
-		p.await(t, ctx, "READY ")
-	}
-	require.NoError(t, n.Limit(slow, "20mbit"), "cap host %d", slow)
-	capped := time.Now()
-	for l := procs[slow].await(t, ctx, "ITER "); !l.at.After(capped); l = procs[slow].await(t, ctx, "ITER ") {
-	}
+	_, procs, _ := slowStopJob(t, ctx)
 	stopped := procs[slow].signal(t, sigStop)
 	bound := timeout + 3400*time.Millisecond + 2500*time.Millisecond
 	for _, p := range procs {

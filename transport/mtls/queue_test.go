@@ -18,22 +18,8 @@ import (
 // another, and nothing once all are read, whatever crypto/tls would have
 // read ahead; Unsent is 0 once the system has sent what was written.
 func TestQueues(t *testing.T) {
-	p := testPKI(t)
-	l := tcpListen(t, p.config(t, p.server))
-	type accepted struct {
-		c   transport.Conn
-		err error
-	}
-	acc := async(func() accepted { c, err := l.Accept(); return accepted{c, err} })
-	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
-	defer cancel()
-	a, err := tcpDialer(p.config(t, p.client)).Dial(ctx, l.Addr())
-	require.NoError(t, err)
-	defer a.Close()
-	res := await(t, acc, "Accept")
-	require.NoError(t, res.err)
-	b := res.c
-	defer b.Close()
+	a, b := tlsTCPPair(t)
+	var err error
 
 	ur, ok := a.(transport.UnreadCounter)
 	require.True(t, ok, "%T implements transport.UnreadCounter", a)
@@ -88,24 +74,11 @@ func TestQueues(t *testing.T) {
 // acknowledged it moments ago, its window open. Over a pipe, which cannot
 // tell, it fails with errors.ErrUnsupported.
 func TestAcks(t *testing.T) {
-	p := testPKI(t)
-	l := tcpListen(t, p.config(t, p.server))
-	type accepted struct {
-		c   transport.Conn
-		err error
-	}
-	acc := async(func() accepted { c, err := l.Accept(); return accepted{c, err} })
-	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
-	defer cancel()
-	a, err := tcpDialer(p.config(t, p.client)).Dial(ctx, l.Addr())
-	require.NoError(t, err)
-	defer a.Close()
-	res := await(t, acc, "Accept")
-	require.NoError(t, res.err)
-	defer res.c.Close()
+	a, b := tlsTCPPair(t)
+	var err error
 
 	wrote := async(func() error { _, err := a.Write([]byte{1}); return err })
-	_, err = io.ReadFull(res.c, make([]byte, 1))
+	_, err = io.ReadFull(b, make([]byte, 1))
 	require.NoError(t, err)
 	require.NoError(t, await(t, wrote, "Write"))
 	ar, ok := a.(transport.AckReporter)
@@ -121,4 +94,26 @@ func TestAcks(t *testing.T) {
 
 	_, err = (&Conn{inner: nil}).Acks()
 	require.True(t, errors.Is(err, errors.ErrUnsupported), "an inner conn that cannot tell: %v", err)
+}
+
+// tlsTCPPair returns the two ends of a TLS connection over TCP, closed
+// when the test ends.
+func tlsTCPPair(t *testing.T) (dialed, accepted transport.Conn) {
+	t.Helper()
+	p := testPKI(t)
+	l := tcpListen(t, p.config(t, p.server))
+	type acceptedConn struct {
+		c   transport.Conn
+		err error
+	}
+	acc := async(func() acceptedConn { c, err := l.Accept(); return acceptedConn{c, err} })
+	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
+	defer cancel()
+	a, err := tcpDialer(p.config(t, p.client)).Dial(ctx, l.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	res := await(t, acc, "Accept")
+	require.NoError(t, res.err)
+	t.Cleanup(func() { _ = res.c.Close() })
+	return a, res.c
 }

@@ -335,8 +335,11 @@ func (c *Comm) begin(ctx context.Context, op string, root int) (pending, err err
 	c.seq++
 	c.seqNow.Store(c.seq)
 	c.op, c.opStart, c.bcastRoot = op, time.Now(), root
-	if w, ok := c.role.(*worker); ok {
-		w.up.unstretch() // a stretch was for an earlier collective
+	switch r := c.role.(type) {
+	case *worker:
+		r.up.unstretch() // a stretch was for an earlier collective
+	case *coordinator:
+		r.busyEdge(c.seq, true)
 	}
 	if c.seq <= c.pendingAfter {
 		return nil, nil // the pending failure is for later collectives
@@ -573,7 +576,11 @@ func (c *Comm) settle(ctx context.Context, op string) error {
 	if !closed {
 		c.running, c.cancelled = false, false
 	}
+	seq := c.seq
 	c.stateMu.Unlock()
+	if co, ok := c.role.(*coordinator); ok && !closed && !cancelled {
+		co.busyEdge(seq, false)
+	}
 	if closed {
 		// Its I/O is over: the workers have their results in full, and
 		// only what follows fails for them.

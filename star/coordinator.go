@@ -61,7 +61,10 @@ type coordinator struct {
 	// movedPast wakes busyMonitor when one does (see linkMoved).
 	movedAt   atomic.Int64
 	movedPast chan struct{}
-	firsts    [][]byte // a streamed allreduce: chunk 0 of every worker
+	// lastWord is when this rank last sent msgBusy (monoNow; 0: never;
+	// see busyEdge).
+	lastWord atomic.Int64
+	firsts   [][]byte // a streamed allreduce: chunk 0 of every worker
 }
 
 // request is one link's part of a collective.

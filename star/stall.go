@@ -77,17 +77,19 @@ func busyEvery(timeout time.Duration) time.Duration {
 //   - every worker, while this rank has let a call go on past its
 //     deadline within the last two timeouts because its link still moved
 //     (link.slowWrite, link.moving; the first such call sends the word at
-//     once): this rank then waits longer than a timeout for a slow rank
-//     (one still taking the previous collective's result, say), and the
-//     workers that wait in the collective for their reply, or for this
-//     rank to take their frame, must not time out first. A worker that has
-//     not begun the collective ignores the word.
+//     once), or while one of its links moved bytes within the last
+//     timeout (linksMoving): this rank then waits longer than a timeout
+//     for a slow rank (one still taking the previous collective's result,
+//     or whose data a streamed allreduce takes as slowly as it comes),
+//     and the workers that wait in the collective for their reply, or for
+//     this rank to take their frame, must not time out first. A worker
+//     that has not begun the collective ignores the word.
 //
 // This rank's own deadlines bound the collective, and a rank that makes no
 // progress for a timeout fails it, named: the word keeps the waiting
 // workers from timing out first, naming rank 0. A frozen rank 0 sends
 // nothing, and one whose links stop moving stops telling the workers in
-// the collective: they time out as before.
+// the collective within two timeouts: they time out as before.
 func (co *coordinator) busyMonitor() {
 	every := busyEvery(co.c.cfg.Timeout)
 	tick := time.NewTicker(every)
@@ -113,7 +115,7 @@ func (co *coordinator) sayBusy(now time.Time, every time.Duration, kicked bool) 
 		return
 	}
 	last := co.movedAt.Load()
-	all := last != 0 && now.Sub(monoTime(last)) < 2*co.c.cfg.Timeout
+	all := last != 0 && now.Sub(monoTime(last)) < 2*co.c.cfg.Timeout || co.linksMoving()
 	var body []byte // one per word: its sends may outlive the tick
 	until := now.Add(every)
 	for _, l := range co.workers {
@@ -123,9 +125,66 @@ func (co *coordinator) sayBusy(now time.Time, every time.Duration, kicked bool) 
 		}
 		if body == nil {
 			body = binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
+			co.lastWord.Store(monoNow())
 		}
 		ctl.goUnlessStopped(func() { _ = ctl.send(msgBusy, body, until) })
 	}
+}
+
+// busyEdge keeps a run of busy words (see busyMonitor) unbroken across
+// the edge between two collectives: when this rank has told workers it
+// was busy within the last timeout, it tells every worker again as
+// collective seq ends (a worker already waiting in its next collective
+// moves its deadlines on) and, through busyMonitor, as the next begins
+// (which the monitor would otherwise tell only busyEvery later). A rank 0
+// that computes between the two for less than a timeout is then not
+// failed by the workers that wait for it: without the words at the edges
+// they heard nothing for up to the compute and two busyEvery (2.8 s with
+// a 2 s timeout and 1.8 s of compute). It runs on the collective's
+// goroutine (with stateMu held as a collective begins).
+func (co *coordinator) busyEdge(seq uint64, begin bool) {
+	last := co.lastWord.Load()
+	if last == 0 || time.Since(monoTime(last)) >= co.c.cfg.Timeout {
+		return
+	}
+	if begin {
+		select {
+		case co.movedPast <- struct{}{}:
+		default:
+		}
+		return
+	}
+	var body []byte
+	until := time.Now().Add(busyEvery(co.c.cfg.Timeout))
+	for _, l := range co.workers {
+		ctl := l.ctl.Load()
+		if ctl == nil {
+			continue
+		}
+		if body == nil {
+			body = binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
+		}
+		ctl.goUnlessStopped(func() { _ = ctl.send(msgBusy, body, until) })
+	}
+}
+
+// linksMoving reports whether a worker's link moved bytes within the last
+// timeout (transport.AckReporter: data came, or data went and was
+// acknowledged): this rank is then at work in the collective, waiting for
+// a slow link (a streamed allreduce whose lower rank's data comes slowly
+// takes the others' frames only as fast). One system call per link, only
+// while a collective lasts busyEvery or more.
+func (co *coordinator) linksMoving() bool {
+	t := co.c.cfg.Timeout
+	for _, l := range co.workers {
+		if l.ar == nil {
+			continue
+		}
+		if ack, err := l.ar.Acks(); err == nil && (ack.SinceReceived < t || ack.SinceSent < t && ack.SinceAcked < t) {
+			return true
+		}
+	}
+	return false
 }
 
 // linkMoved records that a call on one of this rank's links went on past

@@ -437,9 +437,10 @@
 //     connection (see Comm.sessionWords; a worker does the same for the
 //     coordinator's Abort). The coordinator tells the workers that have
 //     its whole result of the running collective, and every worker while
-//     it lets calls go on past their deadline because a link still moves,
-//     every busyEvery once that collective has lasted as long, that it
-//     is still in it (kind 6: the collective's number, u64 BE): a worker
+//     one of its links moves or it lets calls go on past their deadline
+//     because a link still moves, every busyEvery once that collective has
+//     lasted as long (and, in such a run, as a collective ends and the
+//     next begins: busyEdge), that it is still in it (kind 6: the collective's number, u64 BE): a worker
 //     in that collective, or already waiting in a later one, then waits a
 //     timeout from that word, not from its own arrival, while rank 0
 //     serves a slower rank's link or waits for a rank that still takes

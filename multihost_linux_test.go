@@ -303,8 +303,8 @@ func TestMultihostSlowRankStreamed(t *testing.T) {
 // collective timeout (seconds) and a liveness of 10 s, caps rank 1's link
 // at rate (tc's notation) once every rank is READY, and requires two iterations to
 // end under the cap on every rank (the first may have begun before it),
-// each checked, none failed.
-func slowRankUnderCap(t *testing.T, mode string, timeout int, rate string) {
+// each checked, none failed. env adds variables for every rank.
+func slowRankUnderCap(t *testing.T, mode string, timeout int, rate string, env ...string) {
 	t.Helper()
 	skipUnlessNetns(t, false)
 	const size, slow = 4, 1
@@ -316,7 +316,7 @@ func slowRankUnderCap(t *testing.T, mode string, timeout int, rate string) {
 		cmd := n.SelfCommand(r)
 		cmd.Env = hostEnv("node0", "COBRE_TCP_LIVENESS_SECS=10")
 		return cmd
-	}, "COBRE_TCP_TIMEOUT_SECS="+strconv.Itoa(timeout), envChaosReady+"=2", envChaosIters+"=1")
+	}, append([]string{"COBRE_TCP_TIMEOUT_SECS=" + strconv.Itoa(timeout), envChaosReady + "=2", envChaosIters + "=1"}, env...)...)
 	for _, p := range procs {
 		p.await(t, ctx, "READY ")
 	}
@@ -328,7 +328,8 @@ func slowRankUnderCap(t *testing.T, mode string, timeout int, rate string) {
 		for done := 0; done < 2; {
 			l := p.await(t, ctx, "")
 			if strings.HasPrefix(l.text, "RESULT ") {
-				t.Fatalf("rank %d failed under the cap: %s\n%s", p.rank, parseResult(t, l).msg, p.dump())
+				res := parseResult(t, l)
+				t.Fatalf("rank %d failed under the cap %v, naming rank %s: %s\n%s", p.rank, env, res.fields["rank"], res.msg, p.dump())
 			}
 			var i, ms int
 			if _, err := fmt.Sscanf(l.text, "ITER %d ms=%d", &i, &ms); err != nil || !l.at.After(capped) {

@@ -206,35 +206,5 @@ func TestMultihostSlowLinkThirdStopped(t *testing.T) {
 // of busy words (coordinator.busyEdge): 3 of 3 runs pass; without those
 // words it failed 1 of 4.
 func TestMultihostSlowLinkRootComputes(t *testing.T) {
-	skipUnlessNetns(t, false)
-	const size, slow = 4, 1
-	n := newHosts(t, size, netns.Options{Names: hostNames(size)})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	procs := startChaosCmds(t, repeat(modeGatherReduce, size), func(r int) *exec.Cmd {
-		cmd := n.SelfCommand(r)
-		cmd.Env = hostEnv("node0", "COBRE_TCP_LIVENESS_SECS=10")
-		return cmd
-	}, "COBRE_TCP_TIMEOUT_SECS=2", envChaosReady+"=2", envChaosIters+"=1",
-		envChaosComputeMS+"=1800", envChaosComputeRank+"=0")
-	for _, p := range procs {
-		p.await(t, ctx, "READY ")
-	}
-	require.NoError(t, n.Limit(slow, "20mbit"), "cap host %d", slow)
-	capped := time.Now()
-	for _, p := range procs {
-		for done := 0; done < 2; {
-			l := p.await(t, ctx, "")
-			if strings.HasPrefix(l.text, "RESULT ") {
-				res := parseResult(t, l)
-				t.Fatalf("rank %d failed under the cap (rank 0 computing 0.9 T), naming %s: %s", p.rank, res.fields["rank"], res.msg)
-			}
-			var i, ms int
-			if _, err := fmt.Sscanf(l.text, "ITER %d ms=%d", &i, &ms); err != nil || !l.at.After(capped) {
-				continue
-			}
-			done++
-			t.Logf("rank %d: iteration %d ended under the cap after %d ms", p.rank, i, ms)
-		}
-	}
+	slowRankUnderCap(t, modeGatherReduce, 2, "20mbit", envChaosComputeMS+"=1800", envChaosComputeRank+"=0")
 }

@@ -195,3 +195,41 @@ func slowLinkCompletes(t *testing.T, timeout time.Duration, n int, slow faulty.F
 		})
 	}
 }
+
+// TestSlowLinkThenLost: rank 0's write to rank 1 of an allgatherv's result
+// moves slowly for half a timeout (an Acked Delay), then the peer's host
+// stops acknowledging (an unacknowledged Delay that outlasts the write's
+// deadline), then takes one byte and hangs. Rank 0's write goes on past
+// its deadline while the last acknowledgment is less than a timeout old
+// (link.slowWrite), and must fail a timeout (and the slack) after that
+// acknowledgment, naming rank 1, on every rank: 15.25 s in (T = 10 s).
+// Before, the write went on under a fresh deadline, a timeout after the
+// first one passed, and every rank named rank 1 20.5 s in, 15.5 s after
+// the last acknowledgment (up to two timeouts and the slacks).
+func TestSlowLinkThenLost(t *testing.T) {
+	const timeout = 10 * time.Second
+	const n = 192 << 10 // float64: 1.5 MiB per rank, a 6 MiB result
+	slack := min(timeout/20, 250*time.Millisecond)
+	for _, buffer := range []int{0, 1 << 20} {
+		t.Run(fmt.Sprintf("buffer=%d", buffer), func(t *testing.T) {
+			testkit.SyncTest(t, func(t *testing.T) {
+				faults := []faulty.Fault{
+					{Kind: faulty.Delay, Rank: 0, Link: 1, Dir: faulty.Write, Frame: 1, Offset: 1<<20 + 100<<10, Delay: timeout / 2, Acked: true},
+					{Kind: faulty.Delay, Rank: 0, Link: 1, Dir: faulty.Write, Frame: 1, Offset: 1<<20 + 200<<10, Delay: 2 * timeout},
+					{Kind: faulty.Hang, Rank: 0, Link: 1, Dir: faulty.Write, Frame: 1, Offset: 1<<20 + 200<<10 + 1},
+				}
+				errs, fired, _, slowed, took := busyJob(t, timeout, buffer, n, faults...)
+				assert.Equal(t, 3, fired, "the slow link, the silence and the hang")
+				assert.Positive(t, slowed, "rank 0's write went on past its first deadline")
+				for r, err := range errs {
+					var cf *comm.CollectiveFailedError
+					if assert.True(t, errors.As(err, &cf), "rank %d: got %v, want a CollectiveFailedError", r, err) {
+						assert.Equal(t, 1, cf.Rank, "rank %d names rank 1: %v", r, err)
+					}
+				}
+				// The last acknowledgment came half a timeout in.
+				assert.LessOrEqual(t, took, timeout/2+timeout+slack+time.Second, "failed a timeout after the last acknowledgment")
+			})
+		})
+	}
+}

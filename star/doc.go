@@ -276,8 +276,8 @@
 // until a timeout after the link last moved (see link.slowWrite and
 // link.moving). A peer that stops reading (its window closes once its
 // receive buffer is full) or stops sending is failed a timeout after its
-// link last moved; one whose host is lost (it stops acknowledging) within
-// two timeouts of its last acknowledgment. Rank 0, while it lets such
+// link last moved; one whose host is lost (it stops acknowledging) a
+// timeout after its last acknowledgment. Rank 0, while it lets such
 // calls go on, tells every worker that it is still in the collective
 // (kind 6, see busyMonitor).
 // A closed link surfaces as io.EOF (between frames) or io.ErrUnexpectedEOF

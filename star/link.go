@@ -188,6 +188,10 @@ type link struct {
 	// moved them past rdl and wdl, until the next arm (zero: not moved);
 	// lateAt counts a deadline as passed from them. Under dmu.
 	rmoved, wmoved time.Time
+	// wfix, when set, is the write deadline armAt sets in place of a
+	// fresh one: a timeout after the peer's host last acknowledged (see
+	// slowWrite), until a write takes bytes (see wrote). The writer's own.
+	wfix time.Time
 }
 
 // cancelCause is why a link was cancelled.
@@ -241,6 +245,7 @@ func (l *link) resume() {
 	l.dmu.Lock() // hereExtend reads them from the control session's reader
 	l.rdl, l.wdl = time.Time{}, time.Time{}
 	l.dmu.Unlock()
+	l.wfix = time.Time{}
 }
 
 // arm makes sure the next I/O call in one direction fails if it makes no
@@ -274,6 +279,11 @@ func (l *link) armAt(write bool, now time.Time) error {
 			return nil
 		}
 		want = l.rfix
+	case write && !l.wfix.IsZero():
+		if cur.Equal(l.wfix) {
+			return nil
+		}
+		want = l.wfix
 	default:
 		if now.IsZero() {
 			now = time.Now()
@@ -477,20 +487,32 @@ func (l *link) lateWrite(err error) bool {
 		l.slowWrite(err)
 }
 
+// wrote records that a write call took k bytes: when it took some, the
+// link moved, and the next write arms a fresh deadline (wfix is cleared;
+// slowWrite sets it again for a write that goes on past a deadline).
+func (l *link) wrote(k int) {
+	if k > 0 && !l.wfix.IsZero() {
+		l.wfix = time.Time{}
+	}
+}
+
 // slowWrite is lateWrite for a write whose own deadline passed while the
 // peer's host kept taking bytes: it acknowledged some within the last
 // timeout, and its receive window was open (transport.AckReporter). The
 // link is slow, not the peer stalled: over TCP a write blocked on a full
 // socket wakes only once a third of the send buffer is free, megabytes
 // that a slow link takes seconds to move, so a write call can outlast a
-// timeout while every byte moves. The write deadline is cleared (the
-// caller arms a fresh one), hookSlowWrite is called, and so is onMoved. A
-// peer that stops reading closes its window once its receive buffer is
-// full, and is failed at a later deadline, within a timeout and a receive
-// buffer's time on the link; one whose host is lost stops acknowledging,
-// and is failed within two timeouts of its last acknowledgment (the
+// timeout while every byte moves. The write deadline becomes a timeout
+// (with the slack) after the last acknowledgment (wfix, until a write
+// takes bytes), hookSlowWrite is called, and so is onMoved. A peer that
+// stops reading closes its window once its receive buffer is full, and is
+// failed at a later deadline, within a timeout and a receive buffer's
+// time on the link; one whose host is lost stops acknowledging, and is
+// failed a timeout (with the slack) after its last acknowledgment (the
 // system's own timeout, TCP_USER_TIMEOUT, which is the link's timeout
-// unless kind 5 or 6 stretched it, may end the link sooner).
+// unless kind 5 or 6 stretched it, may end the link sooner). A fresh
+// deadline instead, a timeout after the one that passed, failed it up to
+// two timeouts after (TestSlowLinkThenLost).
 func (l *link) slowWrite(err error) bool {
 	if l.ar == nil || !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) || !l.until.IsZero() || l.cancelled() != nil {
 		return false
@@ -499,12 +521,13 @@ func (l *link) slowWrite(err error) bool {
 	if aerr != nil || !ack.Open || ack.SinceAcked >= l.timeout {
 		return false
 	}
+	now := time.Now()
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
-	if l.cancelled() != nil || l.wdl.IsZero() || time.Now().Before(l.wdl) {
+	if l.cancelled() != nil || l.wdl.IsZero() || now.Before(l.wdl) {
 		return false
 	}
-	l.wdl = time.Time{}
+	l.wdl, l.wfix = time.Time{}, now.Add(l.timeout+deadlineSlack(l.timeout)-ack.SinceAcked)
 	callHook(l.peer, hookSlowWrite)
 	if l.onMoved != nil {
 		l.onMoved()
@@ -649,6 +672,8 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 		*dl = time.Time{}
 		if dl == &l.rdl {
 			l.rfix, l.rfixMoved = time.Time{}, false // a passed rfix would be armed again, and fail every read at once
+		} else {
+			l.wfix = time.Time{} // as a passed rfix
 		}
 		return true
 	}
@@ -666,6 +691,8 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 	*dl = time.Time{}
 	if dl == &l.rdl {
 		l.rfix, l.rfixMoved = time.Time{}, false
+	} else {
+		l.wfix = time.Time{}
 	}
 	callHook(l.peer, hookAbsent)
 	return true
@@ -1038,6 +1065,7 @@ func (l *link) writeArmed(b []byte) error {
 			return err
 		}
 		k, err := l.conn.Write(b)
+		l.wrote(k)
 		if err == nil {
 			return nil
 		}
@@ -1104,6 +1132,7 @@ func (l *link) writeBatch(batch [][]byte) error {
 			return err
 		}
 		k, err := l.bw.WriteBuffers(batch)
+		l.wrote(int(k))
 		for err != nil {
 			if !l.lateWrite(err) {
 				return l.ioErr(err, true)
@@ -1114,6 +1143,7 @@ func (l *link) writeBatch(batch [][]byte) error {
 				return err
 			}
 			k, err = l.bw.WriteBuffers(batch)
+			l.wrote(int(k))
 		}
 		return nil
 	}

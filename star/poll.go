@@ -92,6 +92,7 @@ func (l *link) postFrameAt(frame []byte, now time.Time) (bool, error) {
 		return false, err
 	}
 	k, err := l.poller.WriteNow(frame)
+	l.wrote(k)
 	if err != nil {
 		if !l.lateWrite(err) {
 			return false, l.ioErr(err, true)

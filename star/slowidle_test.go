@@ -479,3 +479,49 @@ func TestCloseDuringSlowLink(t *testing.T) {
 		})
 	}
 }
+
+// TestSlowUploadWhileRelayed: rank 1 sends its region of a relayed
+// allgatherv (1.5 MiB) over a slow link (the relay slow phase: its write
+// held 1.5 timeouts from the second half MiB while the bytes move), over
+// pipes that buffer less than a region, as the socket buffers of a Linux
+// host whose net.core.wmem_max and rmem_max are the usual 208 KiB do
+// (SO_SNDBUF and SO_RCVBUF are capped there). Rank 0's relay writer sends
+// rank 1 the regions as they come, region 0 first, while rank 1 is still
+// sending its own: a worker reads the reply only once its frame is out
+// (below duplexMin), so the write blocks, and its deadline passes while
+// rank 1's data still arrives. Every rank completes the allgatherv and the
+// barrier after it. Before, slowWrite looked only at what rank 1's host
+// acknowledged (nothing since the buffers filled; its window closed), and
+// rank 0 failed rank 1 "to take the result" a timeout in, while rank 1's
+// link still moved.
+func TestSlowUploadWhileRelayed(t *testing.T) {
+	for _, buffer := range []int{0, 1 << 20} {
+		t.Run(fmt.Sprintf("buffer=%d", buffer), func(t *testing.T) {
+			defer noSpin(t)()
+			testkit.SyncTest(t, func(t *testing.T) {
+				var h slowHooks
+				defer star.SetTestHook(h.hook)()
+				kind := slowKinds[2]
+				s := faulty.NewScript(kind.fault)
+				comms := startFaulty(t, 4, buffer, sT, sT, s)
+				defer testkit.CloseAll(comms)
+				synctest.Wait()
+				begin := time.Now()
+				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
+					if err := checkedAllgatherv(context.Background(), c, sN); err != nil {
+						return err
+					}
+					return c.Barrier(context.Background())
+				})
+				took := time.Since(begin)
+				got := h.take()
+				for r, err := range errs {
+					assert.NoError(t, err, "rank %d", r)
+				}
+				assert.Equal(t, 1, s.Fired(), "the slow link")
+				assert.GreaterOrEqual(t, took, 3*sT/2, "it waited through the slow link")
+				assert.Positive(t, got.moving0, "rank 0's relay reader read on past its deadline: %+v", got)
+			})
+		})
+	}
+}

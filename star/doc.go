@@ -270,16 +270,18 @@
 // per call: a write whose deadline passes while the peer's host keeps
 // acknowledging with its window open goes on (over a slow link a write
 // blocked on a full socket wakes only once a third of its send buffer is
-// free, megabytes that take seconds), and a read whose deadline passes
-// while the peer's data still arrives, or while this rank's earlier data
-// still goes out to the peer (which reads it before it answers), reads on
-// until a timeout after the link last moved (see link.slowWrite and
-// link.moving). A peer that stops reading (its window closes once its
-// receive buffer is full) or stops sending is failed a timeout after its
-// link last moved; one whose host is lost (it stops acknowledging) a
-// timeout after its last acknowledgment. Rank 0, while it lets such
-// calls go on, tells every worker that it is still in the collective
-// (kind 6, see busyMonitor).
+// free, megabytes that take seconds), and so does one while the peer's
+// own data still arrives (it sends its frame before it reads: a worker
+// whose region of a relayed allgatherv still comes while rank 0 relays
+// the others' to it); a read whose deadline passes while the peer's data
+// still arrives, or while this rank's earlier data still goes out to the
+// peer (which reads it before it answers), reads on until a timeout after
+// the link last moved (see link.slowWrite and link.moving). A peer that
+// stops reading (its window closes once its receive buffer is full) or
+// stops sending is failed a timeout after its link last moved; one whose
+// host is lost (it stops acknowledging) a timeout after its last
+// acknowledgment. Rank 0, while it lets such calls go on, tells every
+// worker that it is still in the collective (kind 6, see busyMonitor).
 // A closed link surfaces as io.EOF (between frames) or io.ErrUnexpectedEOF
 // (mid-frame), a hang as a deadline error (os.ErrDeadlineExceeded), a
 // reset as syscall.ECONNRESET, a connection the system gave up on

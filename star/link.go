@@ -497,28 +497,43 @@ func (l *link) wrote(k int) {
 }
 
 // slowWrite is lateWrite for a write whose own deadline passed while the
-// peer's host kept taking bytes: it acknowledged some within the last
-// timeout, and its receive window was open (transport.AckReporter). The
-// link is slow, not the peer stalled: over TCP a write blocked on a full
-// socket wakes only once a third of the send buffer is free, megabytes
-// that a slow link takes seconds to move, so a write call can outlast a
-// timeout while every byte moves. The write deadline becomes a timeout
-// (with the slack) after the last acknowledgment (wfix, until a write
+// link still moved (transport.AckReporter): the peer's host acknowledged
+// bytes within the last timeout with its receive window open, or the
+// peer's own data arrived within the last timeout, its window open or
+// not. The link is slow, not the peer stalled: over TCP a write blocked on
+// a full socket wakes only once a third of the send buffer is free,
+// megabytes that a slow link takes seconds to move, so a write call can
+// outlast a timeout while every byte moves; and a peer that sends its
+// frame before it reads (a worker below duplexMin, whose region of a
+// relayed allgatherv still comes over a slow link while rank 0's relay
+// writer sends it the others') takes nothing until its frame is out,
+// which where the system caps socket buffers low (net.core.wmem_max and
+// rmem_max, often 208 KiB) is longer than a timeout
+// (TestSlowUploadWhileRelayed). The write deadline becomes a timeout
+// (with the slack) after the link last moved so (wfix, until a write
 // takes bytes), hookSlowWrite is called, and so is onMoved. A peer that
 // stops reading closes its window once its receive buffer is full, and is
 // failed at a later deadline, within a timeout and a receive buffer's
-// time on the link; one whose host is lost stops acknowledging, and is
-// failed a timeout (with the slack) after its last acknowledgment (the
-// system's own timeout, TCP_USER_TIMEOUT, which is the link's timeout
-// unless kind 5 or 6 stretched it, may end the link sooner). A fresh
-// deadline instead, a timeout after the one that passed, failed it up to
-// two timeouts after (TestSlowLinkThenLost).
+// time on the link (a timeout after its data last came, if it came
+// later); one whose host is lost stops acknowledging, and is failed a
+// timeout (with the slack) after its last acknowledgment (the system's own
+// timeout, TCP_USER_TIMEOUT, which is the link's timeout unless kind 5 or
+// 6 stretched it, may end the link sooner). A fresh deadline instead, a
+// timeout after the one that passed, failed it up to two timeouts after
+// (TestSlowLinkThenLost).
 func (l *link) slowWrite(err error) bool {
 	if l.ar == nil || !isTimeout(err) || errors.Is(err, syscall.ETIMEDOUT) || !l.until.IsZero() || l.cancelled() != nil {
 		return false
 	}
 	ack, aerr := l.ar.Acks()
-	if aerr != nil || !ack.Open || ack.SinceAcked >= l.timeout {
+	if aerr != nil {
+		return false
+	}
+	last := ack.SinceReceived
+	if ack.Open {
+		last = min(last, ack.SinceAcked)
+	}
+	if last >= l.timeout {
 		return false
 	}
 	now := time.Now()
@@ -527,7 +542,7 @@ func (l *link) slowWrite(err error) bool {
 	if l.cancelled() != nil || l.wdl.IsZero() || now.Before(l.wdl) {
 		return false
 	}
-	l.wdl, l.wfix = time.Time{}, now.Add(l.timeout+deadlineSlack(l.timeout)-ack.SinceAcked)
+	l.wdl, l.wfix = time.Time{}, now.Add(l.timeout+deadlineSlack(l.timeout)-last)
 	callHook(l.peer, hookSlowWrite)
 	if l.onMoved != nil {
 		l.onMoved()

@@ -60,20 +60,7 @@ func TestMovingThenAway(t *testing.T) {
 	raw := l.conn.(*tcp.Conn)
 	stop := make(chan struct{})
 	defer close(stop)
-	go func() { // this end's earlier data still going out, a byte at a time
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if _, err := raw.Write([]byte{0}); err != nil {
-					return
-				}
-			}
-		}
-	}()
+	go trickle(raw, stop) // this end's earlier data still going out
 	ac := &awayNthConn{Conn: raw, nth: 2, away: timeout + deadlineSlack(timeout) + 50*time.Millisecond}
 	ac.during = func() {
 		_, err := peer.Write(append(lateHeader(4, TagBroadcast), 7, 8, 9))
@@ -101,4 +88,22 @@ func TestMovingThenAway(t *testing.T) {
 		t.Fatalf("the read neither completed nor failed in 5 s (25 timeouts): %d Read calls, moving fired %d times; the frame waits unread", reads, moved.Load())
 	}
 	assert.Positive(t, moved.Load(), "moving set rfix before the absence")
+}
+
+// trickle writes a byte to c every 20 ms until stop is closed or a write
+// fails: data of this end that still goes out, which the peer's host
+// acknowledges (what link.moving counts as the link moving).
+func trickle(c *tcp.Conn, stop <-chan struct{}) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			if _, err := c.Write([]byte{0}); err != nil {
+				return
+			}
+		}
+	}
 }

@@ -93,20 +93,7 @@ func TestMovingThenIdleTCP(t *testing.T) {
 	// The slow read: this end's earlier data still going out, a
 	// byte at a time, while the peer's frame takes 1.5 timeouts.
 	stop := make(chan struct{})
-	wg.Go(func() {
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if _, err := raw.Write([]byte{0}); err != nil {
-					return
-				}
-			}
-		}
-	})
+	wg.Go(func() { trickle(raw, stop) })
 	sendAfter(3*timeout/2, 1)
 	part, took, err := read("the slow read")
 	close(stop)

@@ -189,8 +189,8 @@ type link struct {
 	// lateAt counts a deadline as passed from them. Under dmu.
 	rmoved, wmoved time.Time
 	// wfix, when set, is the write deadline armAt sets in place of a
-	// fresh one: a timeout after the peer's host last acknowledged (see
-	// slowWrite), until a write takes bytes (see wrote). The writer's own.
+	// fresh one: a timeout after the link last moved (see slowWrite),
+	// until a write takes bytes (see wrote). The writer's own.
 	wfix time.Time
 }
 

@@ -676,20 +676,14 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 	// The deadline the conn had: moveDeadlines may have moved it past *dl
 	// (kind 5 or 6), and a deadline that passed when it was moved to is
 	// not one this process saw late.
-	passed := *dl
-	if mv := l.rmoved; dl == &l.wdl {
-		passed = later(passed, l.wmoved)
-	} else {
-		passed = later(passed, mv)
+	mv := l.rmoved
+	if dl == &l.wdl {
+		mv = l.wmoved
 	}
+	passed := later(*dl, mv)
 	late := time.Since(passed) >= lateMin(l.timeout) || l.owner != nil && l.owner.absentAfter(armed)
 	if late && moved() {
-		*dl = time.Time{}
-		if dl == &l.rdl {
-			l.rfix, l.rfixMoved = time.Time{}, false // a passed rfix would be armed again, and fail every read at once
-		} else {
-			l.wfix = time.Time{} // as a passed rfix
-		}
+		l.dropDeadline(dl)
 		return true
 	}
 	if l.owner == nil || !l.owner.absentAcross(passed, time.Now(), l.timeout/2) {
@@ -703,14 +697,21 @@ func (l *link) lateAt(err error, dl *time.Time, moved func() bool) bool {
 		return false
 	}
 	l.spared = seq + 1
+	l.dropDeadline(dl)
+	callHook(l.peer, hookAbsent)
+	return true
+}
+
+// dropDeadline clears the deadline *dl (l.rdl or l.wdl) and the fixed
+// deadline of its direction (rfix or wfix): a passed fix would be armed
+// again, and fail every call at once. dmu is held.
+func (l *link) dropDeadline(dl *time.Time) {
 	*dl = time.Time{}
 	if dl == &l.rdl {
 		l.rfix, l.rfixMoved = time.Time{}, false
 	} else {
 		l.wfix = time.Time{}
 	}
-	callHook(l.peer, hookAbsent)
-	return true
 }
 
 // lateMin is how long after a deadline passed a rank must notice it to

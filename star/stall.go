@@ -116,8 +116,15 @@ func (co *coordinator) sayBusy(now time.Time, every time.Duration, kicked bool) 
 	}
 	last := co.movedAt.Load()
 	all := last != 0 && now.Sub(monoTime(last)) < 2*co.c.cfg.Timeout || co.linksMoving()
-	var body []byte // one per word: its sends may outlive the tick
-	until := now.Add(every)
+	co.tellBusy(seq, now.Add(every), all, true)
+}
+
+// tellBusy sends msgBusy for collective seq, moving deadlines to until,
+// to every worker with a control session (all) or to those done with seq;
+// with word, it records the time of the word (lastWord) as it sends the
+// first. The sends run on the sessions' own goroutines.
+func (co *coordinator) tellBusy(seq uint64, until time.Time, all, word bool) {
+	var body []byte // one per word: its sends may outlive the caller
 	for _, l := range co.workers {
 		ctl := l.ctl.Load()
 		if ctl == nil || !all && l.prog.done.Load() != seq {
@@ -125,7 +132,9 @@ func (co *coordinator) sayBusy(now time.Time, every time.Duration, kicked bool) 
 		}
 		if body == nil {
 			body = binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
-			co.lastWord.Store(monoNow())
+			if word {
+				co.lastWord.Store(monoNow())
+			}
 		}
 		ctl.goUnlessStopped(func() { _ = ctl.send(msgBusy, body, until) })
 	}
@@ -154,18 +163,7 @@ func (co *coordinator) busyEdge(seq uint64, begin bool) {
 		}
 		return
 	}
-	var body []byte
-	until := time.Now().Add(busyEvery(co.c.cfg.Timeout))
-	for _, l := range co.workers {
-		ctl := l.ctl.Load()
-		if ctl == nil {
-			continue
-		}
-		if body == nil {
-			body = binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
-		}
-		ctl.goUnlessStopped(func() { _ = ctl.send(msgBusy, body, until) })
-	}
+	co.tellBusy(seq, time.Now().Add(busyEvery(co.c.cfg.Timeout)), true, false)
 }
 
 // linksMoving reports whether a worker's link moved bytes within the last

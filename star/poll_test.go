@@ -259,3 +259,41 @@ func TestPollStagedAbort(t *testing.T) {
 		}
 	}
 }
+
+// TestPollMovedClearsRfix: bytes that a polled read takes end a fixed read
+// deadline (rfix: what moving or readsOn set after a deadline passed while
+// the link still moved, here one that passed while the process was away),
+// so the next arm sets a fresh deadline a timeout from now, where the passed
+// fix would fail the next read at once. Without bytes the fix stays. Both
+// paths of a polled read: a small frame staged whole, a large one in parts.
+func TestPollMovedClearsRfix(t *testing.T) {
+	const timeout = time.Second
+	for _, size := range []int{10, stageMax + 10} {
+		stream := frameBytes(TagAllgathervRecv, bytes.Repeat([]byte{7}, size))
+		for _, moved := range []bool{true, false} {
+			for _, arrived := range []int{0, 1, HeaderSize, len(stream) - 1} {
+				t.Run(fmt.Sprintf("size=%d/moved=%v/arrived=%d", size, moved, arrived), func(t *testing.T) {
+					l := newLink(1, &pollConn{stream: stream, avail: arrived}, timeout)
+					l.beginRead(TagAllgathervRecv, [][]byte{make([]byte, size)})
+					now := time.Now()
+					fix := now.Add(-time.Millisecond)
+					l.rfix, l.rfixMoved = fix, moved
+					done, got, err := l.pollReadAt(now)
+					require.NoError(t, err)
+					require.False(t, done)
+					require.Equal(t, arrived, got)
+					require.NoError(t, l.armAt(false, now))
+					if arrived == 0 {
+						require.True(t, l.rfix.Equal(fix), "no bytes: the fix stays")
+						require.True(t, l.rdl.Equal(fix), "no bytes: the fix is armed")
+						return
+					}
+					require.True(t, l.rfix.IsZero(), "bytes came: the fix is gone")
+					require.False(t, l.rfixMoved)
+					require.True(t, l.rdl.Equal(now.Add(timeout+deadlineSlack(timeout))),
+						"the next arm sets a fresh deadline, not the passed fix (%v)", l.rdl.Sub(now))
+				})
+			}
+		}
+	}
+}

@@ -6,7 +6,10 @@
 # rank 0, no framing, checks or polling), of MPI over TCP, of starcomm's
 # shm backend (starbench --backend shm) and of MPI's shared-memory
 # transport (vader), and the ratios starcomm/raw, starcomm/MPI and
-# shm/MPI shm.
+# shm/MPI shm. Under the table, for the barrier and broadcast-10KB, the
+# floor of a star on this host: bench/star_floor.c, a star in C that only
+# reads, writes and yields, run in the same rounds, against Open MPI and
+# against starcomm.
 #
 # Usage (from anywhere):
 #   bash bench/compare-mpi.sh
@@ -22,6 +25,9 @@
 #                  of each round's own ratio, which the machine's swings
 #                  between rounds do not move
 #   SHM            1 (default) also runs the shared-memory columns; 0 not
+#   FLOOR          1 (default) also runs the C star (bench/star_floor.c,
+#                  built with mpicc's C compiler) for barrier and
+#                  broadcast-10KB when they run, 2 <= RANKS <= 64; 0 not
 #   REPEATS_SCALE  multiply every workload's repeats by this, 0 < F <= 1000
 #                  (default 1; starbench's --repeats-scale)
 #   WORKLOADS      comma-separated workloads, run in that order on every
@@ -55,11 +61,13 @@ RANKS=${RANKS:-4}
 REPEATS_SCALE=${REPEATS_SCALE:-1}
 RUNS=${RUNS:-3}
 SHM=${SHM:-1}
+FLOOR=${FLOOR:-1}
 WORKLOADS=${WORKLOADS:-}
 [[ $RUNS =~ ^[0-9]+$ ]] && ((10#$RUNS >= 1)) ||
 	die "RUNS must be a whole number >= 1, got '$RUNS'"
 RUNS=$((10#$RUNS))
 [[ $SHM == 0 || $SHM == 1 ]] || die "SHM must be 0 or 1, got '$SHM'"
+[[ $FLOOR == 0 || $FLOOR == 1 ]] || die "FLOOR must be 0 or 1, got '$FLOOR'"
 [[ -z $WORKLOADS || $WORKLOADS =~ ^[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*$ ]] ||
 	die "WORKLOADS must be workload names separated by commas (allgatherv-cuts,allreduce-64MiB), got '$WORKLOADS'"
 [[ ,$WORKLOADS, != *,late-* ]] ||
@@ -83,6 +91,21 @@ repo_root=$(cd -- "$script_dir/.." && pwd)
 [[ -f $repo_root/go.mod && -d $repo_root/cmd/starbench ]] ||
 	die "cannot find the starcomm module (go.mod, cmd/starbench) in $repo_root"
 [[ -f $script_dir/mpi_bench.c ]] || die "missing $script_dir/mpi_bench.c"
+# The C star's workloads: barrier and broadcast-10KB, where they run.
+floor_sel=()
+if ((FLOOR)); then
+	[[ -f $script_dir/star_floor.c ]] || die "missing $script_dir/star_floor.c (FLOOR=0 runs without the C star)"
+	for w in barrier broadcast-10KB; do
+		[[ -z $WORKLOADS || ,$WORKLOADS, == *,$w,* ]] && floor_sel+=("$w")
+	done
+	if ((${#floor_sel[@]} > 0 && (RANKS < 2 || RANKS > 64))); then
+		echo "compare-mpi.sh: the C star runs 2 to 64 ranks, not $RANKS: no floor" >&2
+		floor_sel=()
+	fi
+fi
+# Its repetitions: 2000 per unit of REPEATS_SCALE (10 times starbench's
+# 200, as it is quicker), at least 200, at most 200000.
+floor_n=$(awk -v s="$REPEATS_SCALE" 'BEGIN { n = int(2000 * s); if (n < 200) n = 200; if (n > 200000) n = 200000; print n }')
 
 # --- tools -----------------------------------------------------------------
 
@@ -132,6 +155,10 @@ trap 'exit 143' TERM
 echo "compare-mpi.sh: building mpi_bench and starbench" >&2
 mpicc -O2 -o "$tmp/mpi_bench" "$script_dir/mpi_bench.c" -lm ||
 	die "mpicc failed to build $script_dir/mpi_bench.c"
+if ((${#floor_sel[@]} > 0)); then
+	"$mpi_cc" -O2 -o "$tmp/star_floor" "$script_dir/star_floor.c" ||
+		die "$mpi_cc failed to build $script_dir/star_floor.c (FLOOR=0 runs without the C star)"
+fi
 (cd -- "$repo_root" && go build -o "$tmp/starbench" ./cmd/starbench) ||
 	die "go build ./cmd/starbench failed"
 
@@ -171,6 +198,17 @@ for ((run = 1; run <= RUNS; run++)); do
 		mpirun "${mpirun_shm_args[@]}" "$tmp/mpi_bench" "$REPEATS_SCALE" "${mpi_sel[@]}" >"$tmp/mpi_shm.$run.txt" ||
 			die "mpirun ${mpirun_shm_args[*]} mpi_bench failed (exit $?); see the messages above"
 	fi
+	: >"$tmp/floor.$run.txt"
+	for w in "${floor_sel[@]}"; do
+		bytes=()
+		[[ $w == broadcast-10KB ]] && bytes=(10240)
+		"$tmp/star_floor" "$RANKS" "$floor_n" "${bytes[@]}" >"$tmp/floor.out" ||
+			die "star_floor $RANKS $floor_n ${bytes[*]} failed (exit $?); see the messages above"
+		# its last line: "slowest rank per repetition: median 12.2 us p10 ..."
+		awk -v w="$w" '/^slowest rank per repetition: median / { printf "floor %s %d\n", w, $6 * 1000 + 0.5; found = 1 }
+			END { exit !found }' "$tmp/floor.out" >>"$tmp/floor.$run.txt" ||
+			die "no median in star_floor's output: $(head -c 500 "$tmp/floor.out")"
+	done
 done
 
 # --- table -----------------------------------------------------------------
@@ -197,6 +235,7 @@ for ((run = 1; run <= RUNS; run++)); do
 		grep -v '^#' "$tmp/mpi_shm.$run.txt" | awk '{ print "mpishm", $1, $2 }' >>"$tmp/all.txt" ||
 			die "no results in mpi_bench's (vader) output: $(head -c 500 "$tmp/mpi_shm.$run.txt")"
 	fi
+	cat "$tmp/floor.$run.txt" >>"$tmp/all.txt"
 done
 
 mpi_lib=$(sed -n 's/^# mpi_bench .*library=//p' "$tmp/mpi.1.txt")
@@ -273,6 +312,11 @@ awk -v shm="$SHM" -v runs="$RUNS" '
 		while ((k = index(t, "µ")) > 0) { extra += length("µ") - 1; t = substr(t, k + length("µ")) }
 		return sprintf("%" (width + extra) "s", s)
 	}
+	function frow(cols, ncols,    i, line) {
+		line = sprintf("%-17s", cols[1])
+		for (i = 2; i <= ncols; i++) line = line " " pad(cols[i], i == 2 ? 26 : 15)
+		print line
+	}
 	function row(cols, ncols,    i, line) {
 		line = sprintf("%-17s", cols[1])
 		for (i = 2; i <= ncols; i++) line = line " " pad(cols[i], i <= (shm ? 6 : 4) ? 26 : 13)
@@ -299,5 +343,22 @@ awk -v shm="$SHM" -v runs="$RUNS" '
 			row(c, k)
 		}
 		for (i = 1; i <= nm; i++) if (!(mpiorder[i] in seen)) print mpiorder[i] ": in the MPI results only"
+		nf = 0
+		for (i = 1; i <= n; i++) if (count["floor" SUBSEP order[i]] > 0) fl[++nf] = order[i]
+		if (nf == 0) exit
+		print "# the floor of a star on this host: bench/star_floor.c (non-blocking reads and writes, sched_yield, nothing else), in the same rounds"
+		f[1] = "workload"; f[2] = "C star"; f[3] = "C star/MPI"; f[4] = "starcomm/C star"; k = 4
+		if (runs > 1) { f[++k] = "paired c/MPI"; f[++k] = "paired s/c" }
+		frow(f, k)
+		for (i = 1; i <= nf; i++) {
+			w = fl[i]
+			delete c
+			c[1] = w; c[2] = cell("floor", w)
+			c[3] = ratio(med("floor", w), med("mpi", w))
+			c[4] = ratio(med("star", w), med("floor", w))
+			k = 4
+			if (runs > 1) { c[++k] = paired("floor", "mpi", w); c[++k] = paired("star", "floor", w) }
+			frow(c, k)
+		}
 	}
 ' "$tmp/all.txt"

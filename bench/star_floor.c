@@ -1,7 +1,8 @@
 /*
  * star_floor.c: the floor of a star's small collectives on this host, for
  * comparison with starcomm (docs/performance.md, "Where the time of a
- * small collective goes"). R processes on 127.0.0.1; rank 0 accepts the others; every socket
+ * small collective goes"; bench/compare-mpi.sh runs it in its rounds and
+ * prints it under its table). R processes on 127.0.0.1; rank 0 accepts the others; every socket
  * non-blocking with TCP_NODELAY; waiting is a read per link and a
  * sched_yield per empty round, nothing else (no framing checks, deadlines
  * or failure handling).

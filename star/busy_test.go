@@ -113,11 +113,7 @@ func TestBusyThenHungNamesHungRank(t *testing.T) {
 		errs, fired, _, _, _ := busyJob(t, timeout, 0, 192<<10, faults...)
 		assert.Equal(t, 2, fired, "the stall and the hang")
 		for r, err := range errs {
-			var cf *comm.CollectiveFailedError
-			if !assert.True(t, errors.As(err, &cf), "rank %d: got %v, want a CollectiveFailedError", r, err) {
-				continue
-			}
-			assert.Equal(t, 1, cf.Rank, "rank %d names the hung rank 1: %v", r, err)
+			failedNaming(t, r, err, 1, "the hung rank 1")
 		}
 	})
 }
@@ -145,10 +141,7 @@ func TestSlowLinkAcked(t *testing.T) {
 			assert.Equal(t, 1, fired, "the stall")
 			assert.Zero(t, slowed, "no write went on")
 			for r, err := range errs {
-				var cf *comm.CollectiveFailedError
-				if assert.True(t, errors.As(err, &cf), "rank %d: got %v, want a CollectiveFailedError", r, err) {
-					assert.Equal(t, 1, cf.Rank, "rank %d names rank 1: %v", r, err)
-				}
+				failedNaming(t, r, err, 1, "rank 1")
 			}
 		})
 	})
@@ -222,14 +215,21 @@ func TestSlowLinkThenLost(t *testing.T) {
 				assert.Equal(t, 3, fired, "the slow link, the silence and the hang")
 				assert.Positive(t, slowed, "rank 0's write went on past its first deadline")
 				for r, err := range errs {
-					var cf *comm.CollectiveFailedError
-					if assert.True(t, errors.As(err, &cf), "rank %d: got %v, want a CollectiveFailedError", r, err) {
-						assert.Equal(t, 1, cf.Rank, "rank %d names rank 1: %v", r, err)
-					}
+					failedNaming(t, r, err, 1, "rank 1")
 				}
 				// The last acknowledgment came half a timeout in.
 				assert.LessOrEqual(t, took, timeout/2+timeout+slack+time.Second, "failed a timeout after the last acknowledgment")
 			})
 		})
+	}
+}
+
+// failedNaming asserts that err, rank r's, is a *comm.CollectiveFailedError
+// naming rank want (who: how the message calls it).
+func failedNaming(t *testing.T, r int, err error, want int, who string) {
+	t.Helper()
+	var cf *comm.CollectiveFailedError
+	if assert.True(t, errors.As(err, &cf), "rank %d: got %v, want a CollectiveFailedError", r, err) {
+		assert.Equal(t, want, cf.Rank, "rank %d names %s: %v", r, who, err)
 	}
 }

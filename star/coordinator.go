@@ -62,8 +62,10 @@ type coordinator struct {
 	movedAt   atomic.Int64
 	movedPast chan struct{}
 	// lastWord is when this rank last sent msgBusy (monoNow; 0: never;
-	// see busyEdge).
+	// see busyEdge), and edgeWord when it last sent it as a collective
+	// ended (busyEdge): the next collective's beginning counts both.
 	lastWord atomic.Int64
+	edgeWord atomic.Int64
 	firsts   [][]byte // a streamed allreduce: chunk 0 of every worker
 }
 

@@ -144,26 +144,41 @@ func (co *coordinator) tellBusy(seq uint64, until time.Time, all, word bool) {
 // the edge between two collectives: when this rank has told workers it
 // was busy within the last timeout, it tells every worker again as
 // collective seq ends (a worker already waiting in its next collective
-// moves its deadlines on) and, through busyMonitor, as the next begins
-// (which the monitor would otherwise tell only busyEvery later). A rank 0
-// that computes between the two for less than a timeout is then not
-// failed by the workers that wait for it: without the words at the edges
-// they heard nothing for up to the compute and two busyEvery (2.8 s with
-// a 2 s timeout and 1.8 s of compute). It runs on the collective's
-// goroutine (with stateMu held as a collective begins).
+// moves its deadlines on to a worker's timeout after the word) and,
+// through busyMonitor, as the next begins (which the monitor would
+// otherwise tell only busyEvery to 2 busyEvery later), when that is within
+// a worker's timeout (the timeout and replyMargin) of the word at the end
+// or within a timeout of the last word of the monitor. A rank 0 that
+// computes between the two for less than a timeout is then not failed by
+// the workers that wait for it: without the words at the edges they heard
+// nothing for up to the compute and two busyEvery (2.8 s with a 2 s
+// timeout and 1.8 s of compute). The end's word counts for the beginning
+// but does not start a run of its own: a run ends once the monitor stops
+// telling. It runs on the collective's goroutine (with stateMu held as a
+// collective begins).
 func (co *coordinator) busyEdge(seq uint64, begin bool) {
-	last := co.lastWord.Load()
-	if last == 0 || time.Since(monoTime(last)) >= co.c.cfg.Timeout {
-		return
-	}
+	t := co.c.cfg.Timeout
 	if begin {
+		if !since(co.lastWord.Load(), t) && !since(co.edgeWord.Load(), t+replyMargin(t)) {
+			return
+		}
 		select {
 		case co.movedPast <- struct{}{}:
 		default:
 		}
 		return
 	}
-	co.tellBusy(seq, time.Now().Add(busyEvery(co.c.cfg.Timeout)), true, false)
+	if !since(co.lastWord.Load(), t) {
+		return
+	}
+	co.edgeWord.Store(monoNow())
+	co.tellBusy(seq, time.Now().Add(busyEvery(t)), true, false)
+}
+
+// since reports whether the monoNow time at was set and is less than d
+// ago.
+func since(at int64, d time.Duration) bool {
+	return at != 0 && time.Since(monoTime(at)) < d
 }
 
 // linksMoving reports whether a worker's link moved bytes within the last

@@ -158,8 +158,13 @@ func (co *coordinator) tellBusy(seq uint64, until time.Time, all, word bool) {
 // collective begins).
 func (co *coordinator) busyEdge(seq uint64, begin bool) {
 	t := co.c.cfg.Timeout
+	last := co.lastWord.Load()
+	if last == 0 {
+		return // no run of words yet: the fast path reads no clock
+	}
+	now := monoNow()
 	if begin {
-		if !since(co.lastWord.Load(), t) && !since(co.edgeWord.Load(), t+replyMargin(t)) {
+		if !within(last, now, t) && !within(co.edgeWord.Load(), now, t+replyMargin(t)) {
 			return
 		}
 		select {
@@ -168,17 +173,17 @@ func (co *coordinator) busyEdge(seq uint64, begin bool) {
 		}
 		return
 	}
-	if !since(co.lastWord.Load(), t) {
+	if !within(last, now, t) {
 		return
 	}
-	co.edgeWord.Store(monoNow())
+	co.edgeWord.Store(now)
 	co.tellBusy(seq, time.Now().Add(busyEvery(t)), true, false)
 }
 
-// since reports whether the monoNow time at was set and is less than d
-// ago.
-func since(at int64, d time.Duration) bool {
-	return at != 0 && time.Since(monoTime(at)) < d
+// within reports whether the monoNow time at was set and is less than d
+// before the monoNow time now.
+func within(at, now int64, d time.Duration) bool {
+	return at != 0 && time.Duration(now-at) < d
 }
 
 // linksMoving reports whether a worker's link moved bytes within the last

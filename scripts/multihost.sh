@@ -32,4 +32,4 @@ if ! have iptables || ! have ip6tables; then
 fi
 
 set -x
-go test -race -count=1 -v -run '^(TestMultihost|TestLivenessCut)' "$@" .
+go test -race -count=1 -timeout=60m -v -run '^(TestMultihost|TestLivenessCut)' "$@" .

@@ -36,7 +36,9 @@ type Config struct {
 	// made so the TCP window scale fits it. Zero leaves the operating
 	// system's default and, on Linux, its buffer autotuning. Linux caps the
 	// request at net.core.wmem_max and net.core.rmem_max and reports twice
-	// the granted size back. Default 4 MiB.
+	// the granted size back; where a cap is below BufferSize, that side is
+	// left to autotuning instead, which the cap does not bound and which is
+	// faster than a buffer held at a low cap. Default 4 MiB.
 	BufferSize int
 	// InitialBackoff is the wait after the first failed connection attempt;
 	// each later wait doubles, up to MaxBackoff, and is jittered to between

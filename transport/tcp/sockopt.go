@@ -11,12 +11,36 @@ import (
 // window scale negotiated in the handshake fits them. Accepted sockets
 // inherit the listener's sizes. It returns nil when there is nothing to set.
 func control(cfg Config) func(network, address string, rc syscall.RawConn) error {
-	if cfg.BufferSize <= 0 {
+	recv, send := bufferSizes(cfg.BufferSize)
+	if recv == 0 && send == 0 {
 		return nil
 	}
 	return func(_, _ string, rc syscall.RawConn) error {
-		return setBufferSizes(rc, cfg.BufferSize)
+		return setBufferSizes(rc, recv, send)
 	}
+}
+
+// bufferSizes returns the receive and send buffer sizes to ask for when
+// the configuration asks for n bytes (0: leave that side to the system):
+// n, except on a side whose system cap (Linux: net.core.rmem_max,
+// net.core.wmem_max) is below n. Linux would cap the request there, and a
+// fixed buffer at a low cap (208 KiB is common) is slower than the
+// system's own autotuning, which the cap does not bound (up to
+// net.ipv4.tcp_rmem and tcp_wmem's maximum, 6 and 4 MiB by default);
+// setting a buffer turns autotuning off for the socket.
+func bufferSizes(n int) (recv, send int) {
+	if n <= 0 {
+		return 0, 0
+	}
+	rmax, wmax := systemBufferCaps()
+	recv, send = n, n
+	if rmax > 0 && rmax < n {
+		recv = 0
+	}
+	if wmax > 0 && wmax < n {
+		send = 0
+	}
+	return recv, send
 }
 
 // configure applies cfg's options to an established connection: no Nagle
@@ -37,11 +61,14 @@ func configure(tc *net.TCPConn, cfg Config) error {
 	} else if err := tc.SetKeepAlive(false); err != nil {
 		return err
 	}
-	if cfg.BufferSize > 0 {
-		if err := tc.SetReadBuffer(cfg.BufferSize); err != nil {
+	recv, send := bufferSizes(cfg.BufferSize)
+	if recv > 0 {
+		if err := tc.SetReadBuffer(recv); err != nil {
 			return err
 		}
-		if err := tc.SetWriteBuffer(cfg.BufferSize); err != nil {
+	}
+	if send > 0 {
+		if err := tc.SetWriteBuffer(send); err != nil {
 			return err
 		}
 	}

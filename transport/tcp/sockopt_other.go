@@ -6,4 +6,4 @@ import "syscall"
 
 // setBufferSizes does nothing here: without a portable pre-connect hook the
 // sizes are set on the established connection by configure.
-func setBufferSizes(syscall.RawConn, int) error { return nil }
+func setBufferSizes(syscall.RawConn, int, int) error { return nil }

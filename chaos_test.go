@@ -204,6 +204,10 @@ const modeGatherReduce = "allgatherv-allreduce"
 // worker's frame larger than its socket buffers) after each allgatherv.
 const modeGatherBigReduce = "allgatherv-bigallreduce"
 
+// modeGather1MiBReduce is modeGatherReduce with 1 MiB per rank (a 4 MiB
+// result at R=4), for ranks whose socket buffers are small.
+const modeGather1MiBReduce = "allgatherv-1mib-allreduce"
+
 // errWrongResult is the cause when a collective returns data that is not
 // what every rank sent.
 var errWrongResult = testkit.ErrWrongResult
@@ -245,9 +249,13 @@ func chaosStep(mode string, c comm.Communicator) (func(ctx context.Context, i in
 		// 24 MiB per rank: over 4 ranks ·n is 72 MiB, so rank 0
 		// streams the reduction (over 64 MiB).
 		return computeThen(compute, testkit.AllreduceStep(c, 24<<20/8)), nil
-	case modeGatherReduce, modeGatherBigReduce:
+	case modeGatherReduce, modeGatherBigReduce, modeGather1MiBReduce:
 		// 4 MiB per rank: over 4 ranks a 16 MiB result, relayed.
-		gather, reduce := computeThen(compute, testkit.AllgathervStep(c, 4<<20/8)), computeThen(compute, testkit.AllreduceStep(c, 4))
+		per := 4 << 20
+		if mode == modeGather1MiBReduce {
+			per = 1 << 20
+		}
+		gather, reduce := computeThen(compute, testkit.AllgathervStep(c, per/8)), computeThen(compute, testkit.AllreduceStep(c, 4))
 		if mode == modeGatherBigReduce {
 			reduce = computeThen(compute, testkit.AllreduceStep(c, 24<<20/8))
 		}

@@ -40,6 +40,11 @@ const (
 	// rank polls its TCP links for a small frame before parking
 	// (star.Config.Spin; 0 turns polling off).
 	EnvSpinUS = "COBRE_TCP_SPIN_US"
+	// EnvBufferBytes is starcomm's addition: the size, in bytes, it asks
+	// for as each TCP socket's send and receive buffer
+	// (tcp.Config.BufferSize; 0 leaves the system's default, with
+	// autotuning).
+	EnvBufferBytes = "COBRE_TCP_BUFFER_BYTES"
 	// EnvLivenessSecs is starcomm's addition: the liveness timeout of the
 	// control session, in seconds (star.Config.Liveness; 0 turns the
 	// control session off).
@@ -133,6 +138,13 @@ type Config struct {
 	// it parks (COBRE_TCP_SPIN_US, default star.DefaultConfig's, 100 µs;
 	// 0 turns polling off). See star.Config.Spin.
 	Spin time.Duration
+	// BufferBytes is the size in bytes asked for as each TCP socket's send
+	// and receive buffer (COBRE_TCP_BUFFER_BYTES, default
+	// tcp.DefaultConfig's, 4 MiB; 0 leaves the system's default, with
+	// autotuning). On Linux a side whose cap (net.core.wmem_max,
+	// rmem_max) is below it is left to autotuning as well; see
+	// tcp.Config.BufferSize.
+	BufferBytes int
 	// ErrorFile is the path of the file where this rank records its first
 	// failure for its launcher (COBRE_ERROR_FILE; empty: no file), before
 	// the failing call returns. The record is one line of JSON, written
@@ -192,9 +204,10 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults: backend auto, port 29500, rank 0 of
-// size 1, no error file, and the timeouts, spin and bind address of
-// star.DefaultConfig and tcp.DefaultConfig (timeout 60 s, connect timeout
-// 30 s, spin 100 µs, bind address 0.0.0.0), and shm's timeout (60 s).
+// size 1, no error file, and the timeouts, spin, bind address and socket
+// buffer size of star.DefaultConfig and tcp.DefaultConfig (timeout 60 s,
+// connect timeout 30 s, spin 100 µs, bind address 0.0.0.0, 4 MiB), and
+// shm's timeout (60 s).
 func DefaultConfig() Config {
 	sc, tc := star.DefaultConfig(), tcp.DefaultConfig()
 	return Config{
@@ -206,6 +219,7 @@ func DefaultConfig() Config {
 		ConnectTimeout: sc.ConnectTimeout,
 		ShmTimeout:     shm.DefaultTimeout,
 		Spin:           sc.Spin,
+		BufferBytes:    tc.BufferSize,
 		Liveness:       sc.Liveness,
 		Log:            LogOff,
 		Debug:          DebugOff,

@@ -57,12 +57,12 @@ func TestConfigAllVariables(t *testing.T) {
 		"COBRE_COMM_BACKEND": "TCP", "COBRE_TCP_COORDINATOR": "10.0.0.1", "COBRE_TCP_PORT": "4000",
 		"COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "8", "COBRE_TCP_TIMEOUT_SECS": "2.5",
 		"COBRE_TCP_BIND_ADDR": "127.0.0.1", "COBRE_TCP_CONNECT_TIMEOUT_MS": "1500", "COBRE_TCP_SPIN_US": "150",
-		"COBRE_TCP_LIVENESS_SECS": "2.5", "COBRE_LOG": "WARN", "COBRE_DEBUG": "detail",
+		"COBRE_TCP_LIVENESS_SECS": "2.5", "COBRE_LOG": "WARN", "COBRE_DEBUG": "detail", "COBRE_TCP_BUFFER_BYTES": "212992",
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, starcomm.Config{Backend: "tcp", Coordinator: "10.0.0.1", Port: 4000, Rank: 0, Size: 8,
 		Timeout: 2500 * time.Millisecond, BindAddr: "127.0.0.1", ConnectTimeout: 1500 * time.Millisecond,
-		ShmTimeout: 60 * time.Second, Spin: 150 * time.Microsecond, Liveness: 2500 * time.Millisecond, Log: "warn", Debug: "detail"}, cfg)
+		ShmTimeout: 60 * time.Second, Spin: 150 * time.Microsecond, BufferBytes: 212992, Liveness: 2500 * time.Millisecond, Log: "warn", Debug: "detail"}, cfg)
 }
 
 // TestConfigCoordinatorNeedsNoAddress: rank 0 with backend tcp does not
@@ -129,6 +129,9 @@ func TestConfigBadValues(t *testing.T) {
 		{"connect timeout not a number", "COBRE_TCP_CONNECT_TIMEOUT_MS", "1s", "not an integer"},
 		{"spin negative", "COBRE_TCP_SPIN_US", "-1", "0..1000000"},
 		{"spin not a number", "COBRE_TCP_SPIN_US", "fast", "not an integer"},
+		{"buffer negative", "COBRE_TCP_BUFFER_BYTES", "-1", "0..2147483647"},
+		{"buffer too large", "COBRE_TCP_BUFFER_BYTES", "2147483648", "0..2147483647"},
+		{"buffer with a unit", "COBRE_TCP_BUFFER_BYTES", "4MiB", "not an integer"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -562,6 +565,10 @@ func TestConfigValidateRules(t *testing.T) {
 			c.Backend, c.Port, c.Timeout, c.ConnectTimeout, c.Spin = "tcp", -1, 0, -time.Second, -1
 		}), "tcp", []string{"Port", "Timeout", "ConnectTimeout", "Spin"}, ""},
 		{"Backend=tcp,Spin=0", with(func(c *starcomm.Config) { c.Backend, c.Spin = "tcp", 0 }), "tcp", nil, ""},
+		{"Backend=tcp,BufferBytes=-1", with(func(c *starcomm.Config) { c.Backend, c.BufferBytes = "tcp", -1 }), "tcp", []string{"BufferBytes"},
+			`starcomm: invalid BufferBytes="-1": must be 0 (the system's default) or a number of bytes up to 2147483647`},
+		{"Backend=tcp,BufferBytes=0", with(func(c *starcomm.Config) { c.Backend, c.BufferBytes = "tcp", 0 }), "tcp", nil, ""},
+		{"Backend=shm,BufferBytes=-1", with(func(c *starcomm.Config) { c.Backend, c.BufferBytes, c.ShmName = "shm", -1, "seg" }), "shm", nil, ""},
 		{"Backend=tcp,Timeout=999us", with(func(c *starcomm.Config) { c.Backend, c.Timeout = "tcp", 999*time.Microsecond }), "tcp", []string{"Timeout"},
 			`starcomm: invalid Timeout="999µs": must be at least 1ms`},
 		{"Backend=tcp,Timeout=1ms", with(func(c *starcomm.Config) { c.Backend, c.Timeout = "tcp", time.Millisecond }), "tcp", nil, ""},
@@ -624,7 +631,7 @@ func TestConfigUnknownVariables(t *testing.T) {
 			msg: "starcomm: unknown variable cobre_tcp_size: did you mean COBRE_TCP_SIZE?"},
 		{env: []string{"COBRE_XYZZY_PLUGH=1"}, unknown: "COBRE_XYZZY_PLUGH",
 			msg: "starcomm: unknown variable COBRE_XYZZY_PLUGH: not a starcomm variable (known: COBRE_COMM_BACKEND, COBRE_TCP_COORDINATOR, COBRE_TCP_PORT, " +
-				"COBRE_TCP_RANK, COBRE_TCP_SIZE, COBRE_TCP_TIMEOUT_SECS, COBRE_TCP_BIND_ADDR, COBRE_TCP_CONNECT_TIMEOUT_MS, COBRE_SHM_NAME, COBRE_SHM_TIMEOUT_SECS, COBRE_TCP_SPIN_US, COBRE_TCP_LIVENESS_SECS, COBRE_TCP_TLS_CERT, COBRE_TCP_TLS_KEY, COBRE_TCP_TLS_CA, COBRE_LOG, COBRE_DEBUG, COBRE_TCP_TOKEN, COBRE_TCP_TOKEN_FILE, COBRE_ERROR_FILE)"},
+				"COBRE_TCP_RANK, COBRE_TCP_SIZE, COBRE_TCP_TIMEOUT_SECS, COBRE_TCP_BIND_ADDR, COBRE_TCP_CONNECT_TIMEOUT_MS, COBRE_SHM_NAME, COBRE_SHM_TIMEOUT_SECS, COBRE_TCP_SPIN_US, COBRE_TCP_BUFFER_BYTES, COBRE_TCP_LIVENESS_SECS, COBRE_TCP_TLS_CERT, COBRE_TCP_TLS_KEY, COBRE_TCP_TLS_CA, COBRE_LOG, COBRE_DEBUG, COBRE_TCP_TOKEN, COBRE_TCP_TOKEN_FILE, COBRE_ERROR_FILE)"},
 		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_TCP_RANK=0", "COBRE_TCP_SIZE=2", "COBRE_VERBOSE=1"}, unknown: "COBRE_VERBOSE"},
 		{env: []string{"COBRE_SHM_TIMEOUT=5"}, unknown: "COBRE_SHM_TIMEOUT", suggestion: "COBRE_SHM_TIMEOUT_SECS"},
 	}

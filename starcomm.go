@@ -162,6 +162,7 @@ func newTCP(ctx context.Context, cfg Config, blamed *int) (comm.Communicator, er
 	// timeout still applies to the collectives, the socket option is capped.
 	tc.Timeout = min(cfg.Timeout, tcp.MaxUserTimeout)
 	tc.ConnectTimeout = cfg.ConnectTimeout
+	tc.BufferSize = cfg.BufferBytes
 	if err := tc.Validate(); err != nil {
 		return nil, &comm.InitializationFailedError{Backend: BackendTCP, Err: err}
 	}

@@ -75,7 +75,7 @@
 //     side whose cap (read once from /proc/sys/net/core) is below
 //     BufferSize is left to autotuning: on a 2-core Intel Xeon with both
 //     caps at 208 KiB, 4 ranks on loopback, a fixed 208 KiB buffer made
-//     starbench's allgathervs and SDDP iteration take 1.22x to 1.57x
+//     starbench's allgathervs and SDDP iteration take 1.21x to 1.57x
 //     autotuning's time.
 //
 // Read, Write and the deadline methods are the *net.TCPConn's, and so are

@@ -78,8 +78,9 @@
 //     starbench's allgathervs and SDDP iteration take 1.21x to 1.57x
 //     autotuning's time.
 //
-// Read, Write and the deadline methods are the *net.TCPConn's, and so are
-// their errors, unchanged: a deadline gives one satisfying
+// Read and Write are the *net.TCPConn's, and so are their errors,
+// unchanged; the deadline methods set the *net.TCPConn's deadlines and the
+// Conn's own, which ReadNow and WriteNow check: a deadline gives one satisfying
 // errors.Is(err, os.ErrDeadlineExceeded), a reset syscall.ECONNRESET, an
 // orderly close by the peer io.EOF. A *Conn also implements
 // transport.BuffersWriter (WriteBuffers sends a header and its payload in one

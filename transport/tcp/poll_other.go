@@ -11,9 +11,6 @@ func (c *Conn) ReadNow(p []byte) (int, error) { return 0, nil }
 // implemented: it writes nothing, so a poller falls back to Write.
 func (c *Conn) WriteNow(p []byte) (int, error) { return 0, nil }
 
-func (c *Conn) readOnce(uintptr) bool  { return true }
-func (c *Conn) writeOnce(uintptr) bool { return true }
-
 // CanPoll reports whether ReadNow and WriteNow really poll the socket on
 // this system. Where they do not (outside Unix), they report that nothing
 // has arrived and nothing went, and a poller should not poll at all.

@@ -185,3 +185,161 @@ func TestPollerAllocations(t *testing.T) {
 		t.Fatalf("ReadNow and WriteNow allocate %v times per round trip, want 0", allocs)
 	}
 }
+
+// TestNowDeadlines checks that ReadNow and WriteNow keep the deadlines set
+// through the Conn as Read and Write do: a passed one fails them with a
+// timeout even when data waits, one not yet passed or cleared does not, a
+// deadline without a monotonic reading counts on the wall clock, and one
+// set in the near future fails them no earlier than it passes.
+func TestNowDeadlines(t *testing.T) {
+	a, b := pair(t, testConfig())
+	if n, err := a.WriteNow([]byte("waiting")); n != 7 || err != nil {
+		t.Fatalf("WriteNow = %d, %v", n, err)
+	}
+	isTimeout := func(what string, err error) {
+		t.Helper()
+		var ne net.Error
+		if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("%s: %v, want a timeout satisfying os.ErrDeadlineExceeded", what, err)
+		}
+	}
+	buf := make([]byte, 16)
+
+	// Past, with bytes waiting: a timeout, and the bytes stay.
+	for _, past := range []time.Time{time.Unix(1, 0), time.Now().Add(-time.Second), time.Now().Add(-time.Second).Round(0)} {
+		if err := b.SetReadDeadline(past); err != nil {
+			t.Fatal(err)
+		}
+		_, err := b.ReadNow(buf)
+		isTimeout("ReadNow past its deadline "+past.String(), err)
+	}
+	if err := b.SetDeadline(time.Now().Add(-time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.ReadNow(buf)
+	isTimeout("ReadNow past SetDeadline's deadline", err)
+	_, err = b.WriteNow(buf)
+	isTimeout("WriteNow past SetDeadline's deadline", err)
+
+	// Future (monotonic, wall clock only, far beyond any clock) or none:
+	// the bytes that waited.
+	for _, future := range []time.Time{time.Now().Add(time.Hour), time.Now().Add(time.Hour).Round(0), time.Unix(1<<62, 0), {}} {
+		if err := b.SetDeadline(future); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := b.WriteNow([]byte("x")); n != 1 || err != nil {
+			t.Fatalf("WriteNow with deadline %v = %d, %v", future, n, err)
+		}
+	}
+	if got := string(readNowAll(t, b, 7)); got != "waiting" {
+		t.Fatalf("ReadNow after the deadlines were lifted read %q, want %q", got, "waiting")
+	}
+
+	// A write deadline does not touch reads, nor a read deadline writes.
+	if err := a.SetWriteDeadline(time.Unix(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.WriteNow(buf)
+	isTimeout("WriteNow past its deadline", err)
+	if got := string(readNowAll(t, a, 4)); got != "xxxx" {
+		t.Fatalf("ReadNow with only a passed write deadline read %q, want the %q b sent", got, "xxxx")
+	}
+
+	// Near future: ReadNow polls until the deadline, and fails at it, not
+	// before.
+	dl := time.Now().Add(20 * time.Millisecond)
+	if err := b.SetReadDeadline(dl); err != nil {
+		t.Fatal(err)
+	}
+	stop := time.Now().Add(watchdog)
+	for {
+		n, err := b.ReadNow(buf)
+		if err != nil {
+			if now := time.Now(); now.Before(dl) {
+				t.Fatalf("ReadNow failed %v before its deadline: %v", dl.Sub(now), err)
+			}
+			isTimeout("ReadNow at its deadline", err)
+			break
+		}
+		if n != 0 {
+			t.Fatalf("ReadNow read %d bytes nobody sent", n)
+		}
+		if time.Now().After(stop) {
+			t.Fatalf("hang: ReadNow still polled %v after its deadline", time.Since(dl))
+		}
+		b.Yield()
+	}
+}
+
+// TestNowAfterCloseLeavesReusedDescriptor checks that ReadNow and WriteNow
+// after Close fail with net.ErrClosed and do not touch the file that the
+// closed socket's descriptor number now names.
+func TestNowAfterCloseLeavesReusedDescriptor(t *testing.T) {
+	_, b := pair(t, testConfig())
+	fd := int(b.fd)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The lowest free number is taken first: a pipe made now gets the
+	// socket's number in one of its ends (unless another goroutine of the
+	// test binary took it first; then nothing here can reach it either).
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(p[0])
+	defer syscall.Close(p[1])
+	if p[0] != fd && p[1] != fd {
+		t.Logf("the pipe took descriptors %v, not the socket's %d", p, fd)
+	}
+	if _, err := syscall.Write(p[1], []byte("pipe")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ReadNow(make([]byte, 4)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("ReadNow after Close: %v, want net.ErrClosed", err)
+	}
+	if _, err := b.WriteNow([]byte("sock")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("WriteNow after Close: %v, want net.ErrClosed", err)
+	}
+	got := make([]byte, 8)
+	n, err := syscall.Read(p[0], got)
+	if err != nil || string(got[:n]) != "pipe" {
+		t.Fatalf("the pipe holds %q (%v), want %q: ReadNow or WriteNow used the closed socket's number", got[:max(n, 0)], err, "pipe")
+	}
+}
+
+// TestCloseDuringNow closes a Conn from another goroutine while one polls
+// it with ReadNow and WriteNow: each call returns data, nothing, or
+// net.ErrClosed, and the poller ends (run with -race).
+func TestCloseDuringNow(t *testing.T) {
+	for round := range 20 {
+		a, b := pair(t, testConfig())
+		done := make(chan error, 1)
+		started := make(chan struct{})
+		go func() {
+			buf := make([]byte, 64)
+			for i := 0; ; i++ {
+				if i == 10 {
+					close(started)
+				}
+				if _, err := b.WriteNow(buf); err != nil {
+					done <- err
+					return
+				}
+				if _, err := b.ReadNow(buf); err != nil {
+					done <- err
+					return
+				}
+				b.Yield()
+			}
+		}()
+		go func() { _, _ = a.Write(make([]byte, 1024)) }()
+		<-started
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := await(t, done, "the poller to end after Close"); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("round %d: polling ended with %v, want net.ErrClosed", round, err)
+		}
+	}
+}

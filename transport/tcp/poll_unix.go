@@ -20,15 +20,20 @@ func (c *Conn) ReadNow(p []byte) (int, error) {
 		return 0, nil
 	}
 	c.rmu.Lock()
-	c.rp = p
-	err := c.rc.Read(c.readStep)
-	c.rp = nil
-	n, errno := c.rn, c.rerr
+	if c.closed {
+		c.rmu.Unlock()
+		return 0, c.opError("read", net.ErrClosed)
+	}
+	if c.rdl.passed.Load() {
+		c.rmu.Unlock()
+		return 0, c.opError("read", os.ErrDeadlineExceeded)
+	}
+	n, errno := once(sysRead, c.fd, p)
 	c.rmu.Unlock()
-	if err == nil && errno == 0 && n == 0 {
+	if errno == 0 && n == 0 {
 		return 0, io.EOF // read(2) returned 0: the peer closed
 	}
-	return c.nowResult("read", n, errno, err)
+	return c.nowResult("read", n, errno)
 }
 
 // WriteNow implements transport.Poller: it writes as much of p as the
@@ -40,41 +45,30 @@ func (c *Conn) WriteNow(p []byte) (int, error) {
 		return 0, nil
 	}
 	c.pwmu.Lock()
-	c.wp = p
-	err := c.rc.Write(c.writeStep)
-	c.wp = nil
-	n, errno := c.wn, c.werr
+	if c.closed {
+		c.pwmu.Unlock()
+		return 0, c.opError("write", net.ErrClosed)
+	}
+	if c.wdl.passed.Load() {
+		c.pwmu.Unlock()
+		return 0, c.opError("write", os.ErrDeadlineExceeded)
+	}
+	n, errno := once(sysWrite, c.fd, p)
 	c.pwmu.Unlock()
-	return c.nowResult("write", n, errno, err)
+	return c.nowResult("write", n, errno)
 }
 
 // nowResult turns the outcome of one non-blocking system call into
-// ReadNow's and WriteNow's results: err from RawConn (a passed deadline, a
-// closed Conn) as it is, EAGAIN as 0 bytes and no error, another errno
-// wrapped as *net.TCPConn's methods wrap it.
-func (c *Conn) nowResult(op string, n int, errno syscall.Errno, err error) (int, error) {
+// ReadNow's and WriteNow's results: EAGAIN as 0 bytes and no error, another
+// errno wrapped as *net.TCPConn's methods wrap it.
+func (c *Conn) nowResult(op string, n int, errno syscall.Errno) (int, error) {
 	switch {
-	case err != nil:
-		return 0, err
 	case errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK:
 		return 0, nil
 	case errno != 0:
-		return 0, c.opError(op, errno)
+		return 0, c.opError(op, os.NewSyscallError(op, errno))
 	}
 	return n, nil
-}
-
-// readOnce is what ReadNow hands to RawConn.Read: one read, never parking.
-func (c *Conn) readOnce(fd uintptr) bool {
-	c.rn, c.rerr = once(sysRead, fd, c.rp)
-	return true
-}
-
-// writeOnce is what WriteNow hands to RawConn.Write: one write, never
-// parking.
-func (c *Conn) writeOnce(fd uintptr) bool {
-	c.wn, c.werr = once(sysWrite, fd, c.wp)
-	return true
 }
 
 // once makes one read(2) or write(2), again if a signal interrupted it.
@@ -87,10 +81,12 @@ func once(sys func(int, []byte) (int, syscall.Errno), fd uintptr, p []byte) (int
 	}
 }
 
-// opError wraps a system call's error as *net.TCPConn's methods do, so
-// errors.Is finds syscall.ECONNRESET, syscall.EPIPE and the rest.
-func (c *Conn) opError(op string, errno error) error {
-	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
+// opError wraps err as *net.TCPConn's methods do, so errors.Is finds
+// syscall.ECONNRESET, syscall.EPIPE, os.ErrDeadlineExceeded, net.ErrClosed
+// and the rest, and a deadline's error is a net.Error whose Timeout is
+// true.
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
 // CanPoll reports whether ReadNow and WriteNow really poll the socket on

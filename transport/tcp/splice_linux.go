@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"syscall"
 
 	"github.com/starcomm/starcomm/transport"
@@ -69,7 +70,7 @@ func (c *Conn) WriteSpliced(p []byte) error {
 			c.dropPipe()
 			return fmt.Errorf("tcp: splice(2) into the socket: %w (%w)", c.spErr, errors.ErrUnsupported)
 		}
-		err = c.opError("splice", c.spErr)
+		err = c.opError("splice", os.NewSyscallError("splice", c.spErr))
 	}
 	if err != nil || c.spLeft > 0 {
 		c.dropPipe()

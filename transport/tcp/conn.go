@@ -118,6 +118,8 @@ type nowDeadline struct {
 	mu     sync.Mutex
 	when   int64 // nanoseconds since monoBase; noDeadline: none
 	timer  *time.Timer
+	// stopped is set by Close: no timer is started after it.
+	stopped bool
 }
 
 // noDeadline is nowDeadline.when when no deadline is set.
@@ -160,6 +162,7 @@ func (d *nowDeadline) arm() {
 	}
 	d.passed.Store(d.when != noDeadline && left <= 0)
 	switch {
+	case d.stopped: // closed: ReadNow and WriteNow fail before they look
 	case left > 0 && d.timer == nil:
 		d.timer = time.AfterFunc(left, d.fire)
 	case left > 0:
@@ -177,10 +180,11 @@ func (d *nowDeadline) fire() {
 	d.arm()
 }
 
-// stop stops the timer (Close).
+// stop stops the timer for good (Close).
 func (d *nowDeadline) stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.stopped = true
 	if d.timer != nil {
 		d.timer.Stop()
 	}

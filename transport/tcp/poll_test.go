@@ -343,3 +343,23 @@ func TestCloseDuringNow(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineTimersEndAtClose checks that Close stops the timers of
+// ReadNow's and WriteNow's deadlines and that a deadline set after Close
+// starts none.
+func TestDeadlineTimersEndAtClose(t *testing.T) {
+	_, b := pair(t, testConfig())
+	if err := b.SetDeadline(time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if b.rdl.timer == nil || b.wdl.timer == nil {
+		t.Fatal("SetDeadline an hour ahead started no timer")
+	}
+	b.Close()
+	_ = b.SetDeadline(time.Now().Add(time.Hour))
+	for _, d := range []*nowDeadline{&b.rdl, &b.wdl} {
+		if d.timer.Stop() {
+			t.Fatal("a deadline's timer runs after Close")
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 )
 
@@ -19,17 +20,10 @@ func (c *Conn) ReadNow(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	c.rmu.Lock()
-	if c.closed {
-		c.rmu.Unlock()
-		return 0, c.opError("read", net.ErrClosed)
+	n, errno, err := c.nowCall(&c.rmu, &c.rdl, "read", sysRead, p)
+	if err != nil {
+		return 0, err
 	}
-	if c.rdl.passed.Load() {
-		c.rmu.Unlock()
-		return 0, c.opError("read", os.ErrDeadlineExceeded)
-	}
-	n, errno := once(sysRead, c.fd, p)
-	c.rmu.Unlock()
 	if errno == 0 && n == 0 {
 		return 0, io.EOF // read(2) returned 0: the peer closed
 	}
@@ -44,18 +38,28 @@ func (c *Conn) WriteNow(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	c.pwmu.Lock()
-	if c.closed {
-		c.pwmu.Unlock()
-		return 0, c.opError("write", net.ErrClosed)
+	n, errno, err := c.nowCall(&c.pwmu, &c.wdl, "write", sysWrite, p)
+	if err != nil {
+		return 0, err
 	}
-	if c.wdl.passed.Load() {
-		c.pwmu.Unlock()
-		return 0, c.opError("write", os.ErrDeadlineExceeded)
-	}
-	n, errno := once(sysWrite, c.fd, p)
-	c.pwmu.Unlock()
 	return c.nowResult("write", n, errno)
+}
+
+// nowCall makes one non-blocking system call sys (read(2) or write(2)) on
+// the socket for ReadNow or WriteNow, under mu (rmu or pwmu), unless the
+// Conn is closed or deadline dl (rdl or wdl) has passed: then it returns
+// the error Read or Write would give.
+func (c *Conn) nowCall(mu *sync.Mutex, dl *nowDeadline, op string, sys func(int, []byte) (int, syscall.Errno), p []byte) (int, syscall.Errno, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case c.closed:
+		return 0, 0, c.opError(op, net.ErrClosed)
+	case dl.passed.Load():
+		return 0, 0, c.opError(op, os.ErrDeadlineExceeded)
+	}
+	n, errno := once(sys, c.fd, p)
+	return n, errno, nil
 }
 
 // nowResult turns the outcome of one non-blocking system call into

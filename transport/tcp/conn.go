@@ -35,6 +35,8 @@ type Conn struct {
 	timeout   time.Duration
 	keepAlive time.Duration
 
+	// rc is the socket's RawConn: socket options, SO_RCVLOWAT and
+	// WriteSpliced go through it.
 	rc syscall.RawConn
 	// fd is the socket's descriptor, which ReadNow and WriteNow use
 	// directly: Go's RawConn.Read and Write (a lock on the descriptor, a

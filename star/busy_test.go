@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -39,7 +38,7 @@ func busyJob(t *testing.T, timeout time.Duration, buffer, n int, faults ...fault
 	s := faulty.NewScript(faults...)
 	comms := startFaulty(t, 4, buffer, timeout, 10*time.Second, s)
 	defer testkit.CloseAll(comms)
-	synctest.Wait() // every control session up
+	sessionsUp(t) // every control session up
 	begin := time.Now()
 	counts, displs := []int{n, n, n, n}, []int{0, n, 2 * n, 3 * n}
 	errs = testkit.RunRanks(comms, func(c comm.Communicator) error {

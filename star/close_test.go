@@ -167,7 +167,7 @@ func closeAtEveryHandoff(t *testing.T, ops []closeOp, must map[string]string) in
 			testkit.SyncTest(t, func(t *testing.T) {
 				comms := inBubble(t, size, withTimeout(time.Minute))
 				defer testkit.CloseAll(comms)
-				synctest.Wait() // the control sessions up: the same hand-offs in every run
+				sessionsUp(t) // the control sessions up: the same hand-offs in every run
 				for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return op.run(context.Background(), c) }) {
 					require.NoError(t, err, "dry run: rank %d", r)
 				}
@@ -193,7 +193,7 @@ func closeAt(t *testing.T, run func(context.Context, comm.Communicator) error, s
 	testkit.SyncTest(t, func(t *testing.T) {
 		comms := inBubble(t, size, withTimeout(time.Minute))
 		defer testkit.CloseAll(comms)
-		synctest.Wait() // as in the dry run
+		sessionsUp(t) // as in the dry run
 		closed := make(chan error, 1)
 		var closeTook time.Duration
 		recorder.mu.Lock()

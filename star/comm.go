@@ -183,7 +183,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			w := newWorker(c, up)
 			c.role = w
 			if cfg.control() {
-				w.openControl()
+				w.startControl()
 			}
 		} else {
 			err = fmt.Errorf("rank %d: %w", cfg.Rank, err)

@@ -314,11 +314,21 @@ func TestDesyncOffPassesSilently(t *testing.T) {
 	})
 }
 
-// awaitControl waits until every worker's control session is up: they
-// open in the background after start-up, in no time on the fake clock,
-// so they are once every goroutine of the bubble is blocked.
+// awaitControl waits until every worker's control session is up (see
+// sessionsUp).
 func awaitControl(t *testing.T, _ []comm.Communicator) {
 	t.Helper()
+	sessionsUp(t)
+}
+
+// sessionsUp waits, in a bubble, until every worker's control session is
+// up, without a collective: a worker of three ranks or more opens it in
+// the background star.ControlWait() after start-up unless a frame from
+// rank 0 comes first (at once on the fake clock, so it is up once every
+// goroutine of the bubble is blocked).
+func sessionsUp(t *testing.T) {
+	t.Helper()
+	time.Sleep(star.ControlWait())
 	synctest.Wait()
 }
 
@@ -451,7 +461,8 @@ func TestSpecOnlyWorker(t *testing.T) {
 }
 
 // TestControlSessionOpening: with the control session on, each worker
-// dials the coordinator a second time after its Ack and opens with a
+// dials the coordinator a second time after its Ack (here
+// star.ControlWait() after it, with no collective) and opens with a
 // Control frame (tag 0x0C, its rank and the size), which the coordinator
 // answers with the same frame; smux follows (version 1, a SYN for the
 // first stream). The data link carries exactly the spec's frames. Once
@@ -478,7 +489,7 @@ func TestControlSessionOpening(t *testing.T) {
 			}
 		})
 		defer testkit.CloseAll(comms)
-		synctest.Wait() // the control sessions are up
+		sessionsUp(t)
 		ts.mu.Lock()
 		all := append([]*tap(nil), ts.all...)
 		ts.mu.Unlock()
@@ -804,7 +815,7 @@ func relayedAllgatherv(t *testing.T, s *faulty.Script, live time.Duration, after
 		}
 	})
 	t.Cleanup(func() { testkit.CloseAll(comms) })
-	synctest.Wait() // the control sessions are up
+	sessionsUp(t) // the control sessions are up
 	counts, displs := []int{n, n, n}, []int{0, n, 2 * n}
 	took := make([]time.Duration, size)
 	begin := time.Now()
@@ -984,7 +995,7 @@ func TestPeerTimeoutUntilSession(t *testing.T) {
 			}
 		})
 		t.Cleanup(func() { testkit.CloseAll(comms) })
-		synctest.Wait() // rank 1's control session is up
+		sessionsUp(t) // rank 1's control session is up
 		require.NoError(t, errors.Join(testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) })...))
 		assert.Equal(t, map[int]time.Duration{1: 0, 2: 10 * time.Second}, s.PeerTimeouts(0))
 		assert.Equal(t, map[int]time.Duration{0: 0}, s.PeerTimeouts(1), "workers leave theirs alone")
@@ -1007,7 +1018,7 @@ func TestNoSessionWarnedAtNextCollective(t *testing.T) {
 						c.Liveness = -1 // it offers no control session
 					}
 				})
-				synctest.Wait() // the workers' attempts are over
+				sessionsUp(t) // the workers' attempts are over
 				assert.Len(t, logs.lines("msg=\"no control session\""), 2, "each worker's attempt failed (debug)")
 				assert.Empty(t, logs.lines(warning), "no warning before a collective")
 				for range collectives {

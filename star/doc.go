@@ -322,8 +322,28 @@
 // # The control session
 //
 // Unless Config.Liveness is negative, a starcomm worker opens a second
-// connection to the coordinator's port once start-up is complete, beside
-// its data link, which stays exactly the spec's. Its first frame is
+// connection to the coordinator's port after start-up, beside its data
+// link, which stays exactly the spec's. It opens it once the coordinator
+// holds every worker's data link, so that a coordinator that only knows
+// the spec, which accepts exactly R-1 connections and acknowledges each
+// Handshake at once while other workers may not have joined yet, cannot
+// take it for a worker's (a Control frame in a Handshake's place fails
+// such a coordinator's start-up): at the coordinator's first frame to
+// it (the reply of its first collective; a spec coordinator runs none
+// before every worker has joined, and a starcomm one acknowledges no
+// Handshake before), or 2 s after start-up (at most a third of
+// ConnectTimeout), whichever comes first. A job of two ranks, a job with a
+// token (every rank must be starcomm) and a job with the desync check on
+// (Config.CheckCollectives: it needs the sessions from the first
+// collective) open it at once. So in a job of three ranks or more the
+// collectives of its first 2 s run without the sessions, as with a
+// spec-only worker: a worker that fails in them or closes during them is
+// found from its data link or by the collective timeout rather than at
+// once, and large collectives do without what the sessions add (relayed
+// allgathervs, overlapped allreduce replies, a slow link's reports). Against a
+// spec coordinator whose workers join more than 2 s apart (workers that
+// start long before it, or one by one), turn the session off on the
+// workers (Liveness negative; COBRE_TCP_LIVENESS_SECS=0). Its first frame is
 // Control (0x0C, rank u32 BE, size u32 BE); with a token, the coordinator
 // authenticates the connection as a Handshake's (see Authentication),
 // then checks it as it checks a Handshake (a registered rank, the right
@@ -335,8 +355,9 @@
 // one and is served exactly as the spec says; a worker whose coordinator
 // does not answer the Control frame (a spec-only one) goes on without.
 // Liveness for a rank starts once its session is up, milliseconds after
-// start-up (on a loaded host it can take longer); a rank frozen before
-// then is caught by the collective timeout instead. Until then, and for
+// its first collective's reply or 2 s after start-up (on a loaded host it
+// can take longer); a rank frozen before then is caught by the collective
+// timeout instead. Until then, and for
 // a worker that never opens one, the coordinator has the worker's data
 // link held to Liveness by its system where the transport can
 // (transport.PeerTimeoutSetter: over TCP, TCP_USER_TIMEOUT and keep-alive

@@ -1,6 +1,10 @@
 package star
 
-import "github.com/starcomm/starcomm/comm"
+import (
+	"time"
+
+	"github.com/starcomm/starcomm/comm"
+)
 
 // SetTestHook sets the package's test hook (see hooks.go) for the tests
 // of package star_test, and returns a function that removes it. Set it
@@ -152,3 +156,7 @@ func StreamChunkSize(workers int) int { return streamChunkSize(workers) }
 
 // ScratchBytes returns the allreduce scratch rank 0's c keeps.
 func ScratchBytes(c *Comm) int { return 8 * cap(c.role.(*coordinator).scratch) }
+
+// ControlWait is how long after start-up a worker of three ranks or more
+// opens its control session when no frame from rank 0 came first.
+func ControlWait() time.Duration { return controlWait }

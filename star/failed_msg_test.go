@@ -58,7 +58,7 @@ func TestWorkerFailsAfterItsPart(t *testing.T) {
 						}
 					})
 					defer testkit.CloseAll(comms)
-					synctest.Wait() // the control sessions are up
+					sessionsUp(t) // the control sessions are up
 					exit := how == "context-exit" || how == "close-exit"
 					begin := time.Now()
 					took := make([]time.Duration, 3)
@@ -114,7 +114,7 @@ func checkAtRank0(t *testing.T) []comm.Communicator {
 		c.Timeout, c.Liveness = time.Minute, 10*time.Second
 		c.CheckCollectives = c.Rank == 0
 	})
-	synctest.Wait() // the control sessions are up
+	sessionsUp(t) // the control sessions are up
 	return comms
 }
 
@@ -237,7 +237,7 @@ func TestWorkerFailsWhileRank0Computes(t *testing.T) {
 			c.Timeout, c.Liveness = time.Hour, 10*time.Second
 		})
 		defer testkit.CloseAll(comms)
-		synctest.Wait() // the control sessions are up
+		sessionsUp(t) // the control sessions are up
 		took := make([]time.Duration, 3)
 		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
 			if err := c.Barrier(context.Background()); err != nil {

@@ -202,6 +202,7 @@ func TestPeerCloseDuringCollective(t *testing.T) {
 	testkit.SyncTest(t, func(t *testing.T) {
 		comms := inBubble(t, 3, withTimeout(60*time.Second))
 		defer testkit.CloseAll(comms)
+		sessionsUp(t) // rank 1 says on its session that it closed
 		done := make([]chan error, 2)
 		for r := range done {
 			done[r] = make(chan error, 1)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -80,7 +79,7 @@ func TestRelayedAllgatherv(t *testing.T) {
 				testkit.SyncTest(t, func(t *testing.T) {
 					comms := inBubble(t, size, withTimeout(time.Minute))
 					defer testkit.CloseAll(comms)
-					synctest.Wait() // every control session up
+					sessionsUp(t) // every control session up
 					before := relays.Load()
 					for round := range 2 {
 						recvs := make([][]float64, size)
@@ -137,7 +136,7 @@ func TestRelayedLengthMismatch(t *testing.T) {
 		const size, liar, per = 4, 2, 50_000
 		comms := inBubble(t, size, withTimeout(time.Minute))
 		defer testkit.CloseAll(comms)
-		synctest.Wait()
+		sessionsUp(t) // relayed only when every worker has its session
 		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
 			counts := []int{per, per, per, per}
 			if c.Rank() == liar {

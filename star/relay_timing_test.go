@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -61,7 +60,7 @@ func TestRelayHangAfterDelayNamesHungRank(t *testing.T) {
 					})()
 					comms := startFaulty(t, 4, 0, timeout, live, s)
 					defer testkit.CloseAll(comms)
-					synctest.Wait() // every control session up
+					sessionsUp(t) // every control session up
 					errs := testkit.RunRanks(comms, func(c comm.Communicator) error { return equalAllgatherv(c, n) })
 					assert.Equal(t, 2, s.Fired(), "the delay and the hang")
 					if relay {
@@ -92,7 +91,7 @@ func TestHeadersTimeoutSaysWhatItWaitedFor(t *testing.T) {
 			testkit.SyncTest(t, func(t *testing.T) {
 				comms := withControl(t, 4, time.Minute, 10*time.Second, nil, nil)
 				defer testkit.CloseAll(comms)
-				synctest.Wait() // every control session up
+				sessionsUp(t) // every control session up
 				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
 					if c.Rank() == 3 {
 						time.Sleep(2 * time.Minute) // computing longer than the timeout

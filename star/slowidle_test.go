@@ -220,7 +220,7 @@ func (a afterSlow) run(t *testing.T) (errs []error, took []time.Duration, after 
 	}
 	comms := startFaulty(t, 4, 8<<20, sT, liveness, s)
 	defer testkit.CloseAll(comms)
-	synctest.Wait() // every control session up
+	sessionsUp(t) // every control session up
 	slowPhase(t, comms, a.kind, &h)
 	time.Sleep(a.gap)
 	synctest.Wait()

@@ -6,7 +6,6 @@ import (
 	"math"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -117,7 +116,7 @@ func TestStreamedAllreduce(t *testing.T) {
 						}
 					})
 					defer testkit.CloseAll(comms)
-					synctest.Wait() // every control session up
+					sessionsUp(t) // every control session up
 					streams, replies := counts.streams.Load(), counts.replies.Load()
 					ran := 0
 					for _, n := range []int{1, 7, 8, 9, 100, 1000} {
@@ -341,7 +340,7 @@ func TestArrivalSkew(t *testing.T) {
 					}
 				})
 				defer testkit.CloseAll(comms)
-				synctest.Wait() // every control session up
+				sessionsUp(t) // every control session up
 				streams := counts.streams.Load()
 				late := []time.Duration{6 * timeout / 10, 13 * timeout / 10, 0, 0}
 				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
@@ -386,7 +385,7 @@ func TestDuplexFrozenAfterFrame(t *testing.T) {
 		for r, err := range testkit.RunRanks(comms, func(c comm.Communicator) error { return c.Barrier(context.Background()) }) {
 			require.NoError(t, err, "warm-up barrier, rank %d", r)
 		}
-		synctest.Wait() // the control session up
+		sessionsUp(t) // the control session up
 		start := time.Now()
 		var failedAt time.Duration
 		errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
@@ -434,7 +433,7 @@ func TestStreamedOverlapSlowLowerRank(t *testing.T) {
 				)
 				comms := startFaulty(t, 6, 0, timeout, 10*time.Second, s)
 				defer testkit.CloseAll(comms)
-				synctest.Wait() // every control session up
+				sessionsUp(t) // every control session up
 				streams, replies := counts.streams.Load(), counts.replies.Load()
 				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
 					send := make([]float64, n)
@@ -480,7 +479,7 @@ func TestStreamedOverlapHangNamesHungRank(t *testing.T) {
 				)
 				comms := startFaulty(t, 6, 0, timeout, 10*time.Second, s)
 				defer testkit.CloseAll(comms)
-				synctest.Wait() // every control session up
+				sessionsUp(t) // every control session up
 				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {
 					return comm.Allreduce(context.Background(), c, make([]float64, n), make([]float64, n), comm.Sum)
 				})
@@ -528,7 +527,7 @@ func TestStreamedLowerRankStallsOften(t *testing.T) {
 				s := faulty.NewScript(faults...)
 				comms := startFaulty(t, 6, tc.buffer, timeout, liveness, s)
 				defer testkit.CloseAll(comms)
-				synctest.Wait() // every control session up (if any)
+				sessionsUp(t) // every control session up (if any)
 				streams := counts.streams.Load()
 				begin := time.Now()
 				errs := testkit.RunRanks(comms, func(c comm.Communicator) error {

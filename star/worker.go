@@ -28,6 +28,12 @@ type worker struct {
 	// stopOpening cancels it.
 	opening     sync.WaitGroup
 	stopOpening context.CancelFunc
+	// ctlDue is set while the control session is still to be opened: at
+	// the first frame from rank 0, or when ctlTimer fires (see
+	// startControl). ctlMu orders the opening with stop.
+	ctlDue   atomic.Bool
+	ctlMu    sync.Mutex
+	ctlTimer *time.Timer
 	// noSession holds why the control session could not be opened, until
 	// the next collective logs it (see warnNoSession).
 	noSession atomic.Pointer[error]
@@ -67,6 +73,53 @@ func newWorker(c *Comm, up *link) *worker {
 }
 
 func (w *worker) links() []*link { return w.ends }
+
+// controlWait is how long after start-up a worker of three ranks or more
+// waits, at most, for a frame from rank 0 before it opens its control
+// session anyway (see startControl). A variable for tests.
+var controlWait = 2 * time.Second
+
+// startControl opens the control session once a second connection to
+// rank 0's port cannot take a worker's place: a coordinator that only
+// knows the spec accepts exactly R-1 connections and takes each for a
+// worker's, and it acknowledges each Handshake as it comes, so a
+// connection made while another worker has not joined yet could be taken
+// for that worker's, failing the job. Once rank 0 has sent this worker a
+// collective's frame it holds every worker's connection (a spec
+// coordinator runs no collective before, and a starcomm one acknowledges
+// no Handshake before), so the session is opened then, or controlWait
+// (at most a third of ConnectTimeout, within which rank 0 keeps its
+// listener for the sessions) after start-up, whichever comes first. It is
+// opened at once where no spec coordinator can be on the other end or none
+// can be waiting for another worker: with a token (every rank must be
+// starcomm), with the desync check on (it needs the sessions from the
+// first collective), and in a job of two ranks (this is the only worker).
+func (w *worker) startControl() {
+	cfg := w.c.cfg
+	if w.c.size == 2 || len(cfg.Token) > 0 || cfg.CheckCollectives {
+		w.openControl()
+		return
+	}
+	w.ctlMu.Lock()
+	defer w.ctlMu.Unlock()
+	w.ctlDue.Store(true)
+	w.ctlTimer = time.AfterFunc(min(controlWait, cfg.ConnectTimeout/3), w.controlNow)
+}
+
+// controlNow opens the control session if it is still due (see
+// startControl): when rank 0's first frame has come, or controlWait has
+// passed.
+func (w *worker) controlNow() {
+	if !w.ctlDue.Load() {
+		return
+	}
+	w.ctlMu.Lock()
+	defer w.ctlMu.Unlock()
+	if w.ctlDue.Swap(false) {
+		w.ctlTimer.Stop()
+		w.openControl()
+	}
+}
 
 // openControl opens the control session in the background, so that
 // start-up never waits for it (a coordinator that only knows the spec may
@@ -114,6 +167,11 @@ func (w *worker) stop() {
 		close(w.sends)
 		w.senders.Wait()
 	}
+	w.ctlMu.Lock()
+	if w.ctlDue.Swap(false) {
+		w.ctlTimer.Stop() // never opened: nothing to stop
+	}
+	w.ctlMu.Unlock()
 	w.stopOpening()
 	w.opening.Wait()
 	if ctl := w.up.ctl.Load(); ctl != nil {
@@ -149,6 +207,7 @@ func (w *worker) exchange(tag byte, extra, send []byte, want byte, parts ...[]by
 	if err := w.up.awaitFrame(w.c.spin(n), want, parts...); err != nil {
 		return &linkError{peer: 0, err: w.controlLastWords(err)}
 	}
+	w.controlNow()
 	return nil
 }
 
@@ -188,6 +247,7 @@ func (w *worker) exchangeDuplex(tag byte, extra, send []byte, want byte, parts .
 	var ab *AbortError
 	switch {
 	case werr == nil && rerr == nil:
+		w.controlNow()
 		return nil
 	case errors.As(rerr, &ab):
 		return &linkError{peer: 0, err: rerr} // rank 0's own reason, read on the link

@@ -50,6 +50,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(envChaosChild); mode != "" {
 		os.Exit(chaosChild(mode))
 	}
+	if os.Getenv(envSpecWorkerChild) == "1" {
+		os.Exit(specWorkerChild())
+	}
 	shmChildMain()
 	os.Exit(m.Run())
 }

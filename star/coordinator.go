@@ -633,8 +633,9 @@ func (co *coordinator) checkCall(seq uint64, cl *call) error {
 
 // sessionGrace is how long after start-up the desync check waits for a
 // worker's control session that has not even been asked for (its
-// connection not yet approved): a starcomm worker asks within
-// milliseconds; a spec-only one never does.
+// connection not yet approved): a starcomm worker with the check on asks
+// within milliseconds (see worker.startControl); a spec-only one never
+// does.
 const sessionGrace = 2 * time.Second
 
 // awaitSession waits for worker l's control session, which its first

@@ -174,3 +174,32 @@ func TestControlOpensWithoutCollectives(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedWorkerOpensNoSession: a worker whose communicator failed (its
+// context ended in a barrier nobody else called) before its control
+// session was due opens none when controlWait passes: its collectives are
+// over, and the port may be the next job's coordinator's by then. The
+// other worker opens its own. On the fake clock.
+func TestFailedWorkerOpensNoSession(t *testing.T) {
+	testkit.SyncTest(t, func(t *testing.T) {
+		var mu sync.Mutex
+		up := map[int]bool{}
+		defer star.SetTestHook(func(rank int, point string) {
+			if point == star.HookSessionSetUp {
+				mu.Lock()
+				up[rank] = true
+				mu.Unlock()
+			}
+		})()
+		comms := withControl(t, 3, time.Minute, 10*time.Second, nil, nil)
+		defer testkit.CloseAll(comms)
+		ctx, cancel := context.WithTimeout(context.Background(), star.ControlWait()/2)
+		defer cancel()
+		collectiveFailed(t, comms[1].Barrier(ctx), 1)
+		sessionsUp(t)
+		mu.Lock()
+		defer mu.Unlock()
+		assert.False(t, up[1], "the failed worker opened a session")
+		assert.True(t, up[2], "the other worker opened none")
+	})
+}

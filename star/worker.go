@@ -89,7 +89,8 @@ var controlWait = 2 * time.Second
 // coordinator runs no collective before, and a starcomm one acknowledges
 // no Handshake before), so the session is opened then, or controlWait
 // (at most a third of ConnectTimeout, within which rank 0 keeps its
-// listener for the sessions) after start-up, whichever comes first. It is
+// listener for the sessions, counted from its Acks: ranks are expected to
+// share ConnectTimeout) after start-up, whichever comes first. It is
 // opened at once where no spec coordinator can be on the other end or none
 // can be waiting for another worker: with a token (every rank must be
 // starcomm), with the desync check on (it needs the sessions from the
@@ -108,7 +109,9 @@ func (w *worker) startControl() {
 
 // controlNow opens the control session if it is still due (see
 // startControl): when rank 0's first frame has come, or controlWait has
-// passed.
+// passed. A communicator that has failed by then opens none: its
+// collectives are over, and the port may already be the next job's
+// coordinator's.
 func (w *worker) controlNow() {
 	if !w.ctlDue.Load() {
 		return
@@ -117,7 +120,9 @@ func (w *worker) controlNow() {
 	defer w.ctlMu.Unlock()
 	if w.ctlDue.Swap(false) {
 		w.ctlTimer.Stop()
-		w.openControl()
+		if !w.c.hasFailed() {
+			w.openControl()
+		}
 	}
 }
 

@@ -468,8 +468,9 @@ func runOpCell(t *testing.T, cell Cell, p matrixParams) {
 		}
 	}
 	if sessionsOn(cell.Op) {
-		// The control sessions open in the background after start-up;
-		// on the fake clock they are up once every goroutine is blocked.
+		// The control sessions open in the background at the warm-up's
+		// reply; on the fake clock they are up once every goroutine is
+		// blocked.
 		synctest.Wait()
 	}
 	switch cell.When {

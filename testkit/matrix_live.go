@@ -109,8 +109,8 @@ func runLiveCell(t *testing.T, cell Cell) {
 			t.Fatalf("warm-up barrier on rank %d: %v", r, err)
 		}
 	}
-	// The control sessions open in the background after start-up; a
-	// rank is watched once its session is up (at once on the fake clock,
+	// The control sessions open in the background at the warm-up's reply;
+	// a rank is watched once its session is up (at once on the fake clock,
 	// where they are up once every goroutine is blocked).
 	synctest.Wait()
 	out := make([]rankOutcome, MatrixRanks)

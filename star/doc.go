@@ -335,12 +335,14 @@
 // ConnectTimeout), whichever comes first. A job of two ranks, a job with a
 // token (every rank must be starcomm) and a job with the desync check on
 // (Config.CheckCollectives: it needs the sessions from the first
-// collective) open it at once. So in a job of three ranks or more the
-// collectives of its first 2 s run without the sessions, as with a
-// spec-only worker: a worker that fails in them or closes during them is
-// found from its data link or by the collective timeout rather than at
-// once, and large collectives do without what the sessions add (relayed
-// allgathervs, overlapped allreduce replies, a slow link's reports). Against a
+// collective) open it at once. So in a job of three ranks or more a
+// first collective that starts within 2 s of start-up runs without the
+// sessions, as with spec-only workers (and so may the next, when it
+// starts before the session is up): a worker that fails in it or closes
+// during it is found from its data link or by the collective timeout
+// rather than at once, and a large one does without what the sessions
+// add (relayed allgathervs, overlapped allreduce replies, a slow link's
+// reports). Against a
 // spec coordinator whose workers join more than 2 s apart (workers that
 // start long before it, or one by one), turn the session off on the
 // workers (Liveness negative; COBRE_TCP_LIVENESS_SECS=0). Its first frame is

@@ -1076,12 +1076,12 @@ func TestNewRecordsStartupFailure(t *testing.T) {
 		var ife *comm.InitializationFailedError
 		require.ErrorAs(t, err, &ife)
 		assert.Contains(t, err.Error(), "comm: tcp backend initialization failed: rank 1 of 2 from SLURM_PROCID, SLURM_NTASKS: ")
-		// The record is the error New returned, origin included; no rank
-		// is named as at fault, so it blames this one.
+		// The record is the error New returned, origin included; what
+		// listens at rank 0's address never answered, so it blames rank 0.
 		rec, rerr := errfile.Read(cfg.ErrorFile)
 		require.NoError(t, rerr, "no error record")
 		assert.Equal(t, err.Error(), rec.Message)
-		assert.Equal(t, 1, rec.Blamed)
+		assert.Equal(t, 0, rec.Blamed)
 		assert.Equal(t, star.OpStartup, rec.Op)
 	})
 	// Rank 0 whose workers never came: its record blames the first rank
@@ -1100,6 +1100,99 @@ func TestNewRecordsStartupFailure(t *testing.T) {
 		require.NoError(t, rerr, "no error record")
 		assert.Equal(t, err.Error(), rec.Message)
 		assert.Equal(t, 1, rec.Blamed, "the record blames the first missing rank")
+	})
+}
+
+// TestStartupBlamesCoordinator: a worker's failed start-up blames rank 0
+// in its error record when, as far as it can tell, rank 0 failed it: no
+// one listened at rank 0's address for the whole connect timeout, or what
+// accepted the connection closed it before answering the Handshake. It
+// blames itself when the failure is its own: its context ended, or rank
+// 0 refused it for its settings (here a size that is not the job's).
+func TestStartupBlamesCoordinator(t *testing.T) {
+	worker := func(t *testing.T, port int, f func(*starcomm.Config)) starcomm.Config {
+		c := starcomm.DefaultConfig()
+		c.Backend, c.Rank, c.Size, c.Coordinator, c.Port = "tcp", 1, 2, "127.0.0.1", port
+		c.ConnectTimeout = 300 * time.Millisecond
+		c.ErrorFile = filepath.Join(t.TempDir(), "rank.json")
+		if f != nil {
+			f(&c)
+		}
+		return c
+	}
+	// closedPort is a port no one listens on (it was just released).
+	closedPort := func(t *testing.T) int {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		require.NoError(t, ln.Close())
+		return port
+	}
+	blamed := func(t *testing.T, cfg starcomm.Config, ctx context.Context) (int, error) {
+		t.Helper()
+		_, err := starcomm.New(ctx, cfg)
+		var ife *comm.InitializationFailedError
+		require.ErrorAs(t, err, &ife)
+		rec, rerr := errfile.Read(cfg.ErrorFile)
+		require.NoError(t, rerr, "no error record")
+		assert.Equal(t, err.Error(), rec.Message)
+		assert.Equal(t, star.OpStartup, rec.Op)
+		return rec.Blamed, err
+	}
+
+	t.Run("nobody-listens", func(t *testing.T) {
+		b, err := blamed(t, worker(t, closedPort(t), nil), context.Background())
+		assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		assert.Equal(t, 0, b, "%v", err)
+	})
+	t.Run("closed-before-answering", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_ = c.Close()
+			}
+		}()
+		b, err := blamed(t, worker(t, ln.Addr().(*net.TCPAddr).Port, nil), context.Background())
+		assert.Contains(t, err.Error(), "coordinator")
+		assert.Equal(t, 0, b, "%v", err)
+	})
+	t.Run("own-context-ended", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		b, err := blamed(t, worker(t, closedPort(t), func(c *starcomm.Config) { c.ConnectTimeout = time.Minute }), ctx)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 1, b, "%v", err)
+	})
+	t.Run("refused-for-its-size", func(t *testing.T) {
+		var ports = make(chan int, 1)
+		root := starcomm.DefaultConfig()
+		root.Backend, root.Rank, root.Size, root.BindAddr, root.Port = "tcp", 0, 2, "127.0.0.1", 0
+		root.ConnectTimeout = 2 * time.Second
+		root.Listening = func(p int) { ports <- p }
+		ctx, cancel := context.WithCancel(context.Background())
+		rootDone := make(chan error, 1)
+		go func() {
+			c, err := starcomm.New(ctx, root)
+			if c != nil {
+				_ = c.Close()
+			}
+			rootDone <- err
+		}()
+		defer func() {
+			cancel()
+			<-rootDone
+		}()
+		b, err := blamed(t, worker(t, <-ports, func(c *starcomm.Config) { c.Size = 3 }), context.Background())
+		var re *star.RefusedError
+		require.ErrorAs(t, err, &re)
+		assert.Contains(t, err.Error(), "size mismatch")
+		assert.Equal(t, 1, b, "%v", err)
 	})
 }
 

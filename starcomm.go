@@ -78,7 +78,9 @@ func recordFailure(path string, f star.Failure, size int) {
 // it returns, as the rank's start-up failure, with the message New
 // returns: the shm backend's own record when it made one (naming the rank
 // at fault); else one that blames the rank at fault when the error names
-// one (a worker: the rank a start-up Abort from rank 0 names; rank 0: the
+// one (a worker: the rank a start-up Abort from rank 0 names, or rank 0
+// itself when it could not be reached within ConnectTimeout, or closed,
+// reset or said nothing on the connection before it answered; rank 0: the
 // first rank that never registered), and this rank otherwise.
 func New(ctx context.Context, cfg Config) (comm.Communicator, error) {
 	blamed := -1

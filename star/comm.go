@@ -205,8 +205,10 @@ const (
 )
 
 // startupBlame is the rank a failed start-up blames: on a worker the rank
-// the coordinator named in its Abort (the one that never came), on the
-// coordinator the first rank that never registered, else -1.
+// the coordinator named in its Abort (the one that never came), or rank 0
+// when the coordinator could not be reached or ended the connection, or
+// fell silent, before it answered (see coordinatorFault); on the
+// coordinator the first rank that never registered; else -1.
 func startupBlame(err error) int {
 	var ab *AbortError
 	if errors.As(err, &ab) {
@@ -215,6 +217,10 @@ func startupBlame(err error) int {
 	var se *startupError
 	if errors.As(err, &se) {
 		return se.missing
+	}
+	var cf *coordinatorFault
+	if errors.As(err, &cf) {
+		return 0
 	}
 	return -1
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 )
 
@@ -97,10 +98,33 @@ func dial(ctx context.Context, cfg Config) (*link, error) {
 		case <-t.C:
 		case <-dctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("connect to coordinator at %s: only a coordinator whose job is already running answered within %v: %w", cfg.Addr, cfg.ConnectTimeout, err)
+			return nil, blameCoordinator(ctx, fmt.Errorf("connect to coordinator at %s: only a coordinator whose job is already running answered within %v: %w", cfg.Addr, cfg.ConnectTimeout, err))
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// coordinatorFault wraps a worker's start-up failure that, as far as the
+// worker can tell, is rank 0's: no coordinator could be reached at its
+// address within ConnectTimeout (none listened, or only another job's),
+// or the coordinator closed or reset the connection, or sent nothing, or
+// sent what is not the protocol, before it answered the Handshake. Such a
+// start-up blames rank 0 (startupBlame), so that a launcher following the
+// ranks' error records is led to rank 0. A refusal or an Abort from the
+// coordinator, a failed authentication, and the caller's own context are
+// not wrapped: they say which rank is at fault, or this one.
+type coordinatorFault struct{ err error }
+
+func (e *coordinatorFault) Error() string { return e.err.Error() }
+func (e *coordinatorFault) Unwrap() error { return e.err }
+
+// blameCoordinator wraps err in a coordinatorFault unless ctx, the
+// caller's context, has ended: then the caller gave up, not rank 0.
+func blameCoordinator(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	return &coordinatorFault{err: err}
 }
 
 // connectTimeoutError is the cause of dial's context once ConnectTimeout
@@ -120,7 +144,14 @@ func (connectTimeoutError) Is(target error) bool {
 func dialOnce(ctx, dctx context.Context, cfg Config) (*link, error) {
 	conn, err := cfg.Dialer.Dial(dctx, cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("connect to coordinator at %s: %w", cfg.Addr, err)
+		err = fmt.Errorf("connect to coordinator at %s: %w", cfg.Addr, err)
+		if dctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			// Unreachable for the whole connect timeout. (A dial that
+			// fails at once, an address or a setting refused, is this
+			// rank's.)
+			err = blameCoordinator(ctx, err)
+		}
+		return nil, err
 	}
 	l := newLink(0, conn, cfg.Timeout)
 	l.until, _ = dctx.Deadline()
@@ -134,7 +165,7 @@ func dialOnce(ctx, dctx context.Context, cfg Config) (*link, error) {
 		return nil, err
 	}
 	if err := l.writeAll(EncodeHandshake(cfg.Rank, cfg.Size), nil); err != nil {
-		return fail(fmt.Errorf("send handshake to %s: %w", cfg.Addr, err))
+		return fail(blameCoordinator(ctx, fmt.Errorf("send handshake to %s: %w", cfg.Addr, err)))
 	}
 	wait := cfg.ConnectTimeout + replyMargin(cfg.ConnectTimeout)
 	l.until = time.Now().Add(wait)
@@ -175,11 +206,11 @@ func dialOnce(ctx, dctx context.Context, cfg Config) (*link, error) {
 		case errors.As(err, &ab):
 			return fail(&RefusedError{Reason: ab.Reason})
 		case isTimeout(err) && len(cfg.Token) > 0 && !challenged:
-			return fail(fmt.Errorf("sent the Handshake to the coordinator at %s, but it sent neither an authentication challenge nor an Abort within %v: %w", cfg.Addr, wait, err))
+			return fail(blameCoordinator(ctx, fmt.Errorf("sent the Handshake to the coordinator at %s, but it sent neither an authentication challenge nor an Abort within %v: %w", cfg.Addr, wait, err)))
 		case isTimeout(err):
-			return fail(fmt.Errorf("registered with the coordinator at %s, but it sent neither Ack nor Abort within %v (it answers once every rank has joined, or gives up after its connect timeout): %w", cfg.Addr, wait, err))
+			return fail(blameCoordinator(ctx, fmt.Errorf("registered with the coordinator at %s, but it sent neither Ack nor Abort within %v (it answers once every rank has joined, or gives up after its connect timeout): %w", cfg.Addr, wait, err)))
 		}
-		return fail(fmt.Errorf("wait for the coordinator's Ack (sent once every rank has joined) from %s: %w", cfg.Addr, err))
+		return fail(blameCoordinator(ctx, fmt.Errorf("wait for the coordinator's Ack (sent once every rank has joined) from %s: %w", cfg.Addr, err)))
 	}
 	if got := binary.BigEndian.Uint32(payload[:]); got != uint32(cfg.Size) {
 		return fail(fmt.Errorf("coordinator acknowledged size %d, this rank has size %d", got, cfg.Size))

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -17,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1223,6 +1226,69 @@ func TestStarrunNamesRankFailingStartup(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	last := lines[len(lines)-1]
 	want := regexp.MustCompile(`^starrun: rank 0 \(pid \d+\) exited with code 1: root cause \(its error: "comm: .*192\.0\.2\.1:` + port + `.*"\)$`)
+	assert.Regexp(t, want, last, "the last line\n%s", stderr.String())
+}
+
+// envHangUpCoordinator makes the test binary, as rank 0, a coordinator
+// that takes one worker's Handshake and closes the connection without an
+// answer (as a rank 0 that dies in start-up does), then waits to be
+// stopped; as any other rank, launcherChild.
+const envHangUpCoordinator = "STARCOMM_TEST_HANGUP_COORDINATOR"
+
+// hangUpCoordinator is the child of envHangUpCoordinator.
+func hangUpCoordinator() int {
+	if os.Getenv("COBRE_TCP_RANK") != "0" {
+		return launcherChild()
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(os.Getenv("COBRE_TCP_BIND_ADDR"), os.Getenv("COBRE_TCP_PORT")))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "listen:", err)
+		return 1
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "accept:", err)
+		return 1
+	}
+	var hs [star.HeaderSize + 8]byte
+	if _, err := io.ReadFull(c, hs[:]); err != nil {
+		fmt.Fprintln(os.Stderr, "handshake:", err)
+		return 1
+	}
+	_ = c.Close()
+	// starrun stops this rank once the worker has failed.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+	<-stop
+	_ = ln.Close()
+	return 1
+}
+
+// TestStarrunNamesCoordinatorGoneInStartup: a real 2-rank job under
+// starrun whose rank 0 closes the worker's connection after its Handshake,
+// before any Ack (as a rank 0 that crashes in start-up does), and then
+// lingers until starrun stops it. The worker fails first, and its error
+// record blames rank 0, so starrun names rank 0 as the root cause, quoting
+// the worker's accusation. (The worker's record blamed the worker itself
+// before, and starrun named it.)
+func TestStarrunNamesCoordinatorGoneInStartup(t *testing.T) {
+	skipUnlessChaos(t)
+	bin := starrunPath(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-n", "2", "--", self)
+	cmd.Env = append(launcherFreeEnv(), envHangUpCoordinator+"=1", "GORACE=atexit_sleep_ms=0", "COBRE_TCP_CONNECT_TIMEOUT_MS=20000")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee), "starrun: %v\n%s", err, stderr.String())
+	assert.Equal(t, 1, ee.ExitCode(), "starrun's exit code: the worker's\n%s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	last := lines[len(lines)-1]
+	want := regexp.MustCompile(`^starrun: rank 0 \(pid \d+\) [^:]*: root cause \(blamed by rank 1: "comm: tcp backend initialization failed: rank 1: wait for the coordinator's Ack .*EOF"\); rank 1 failed first`)
 	assert.Regexp(t, want, last, "the last line\n%s", stderr.String())
 }
 

@@ -50,6 +50,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(envChaosChild); mode != "" {
 		os.Exit(chaosChild(mode))
 	}
+	if os.Getenv(envHangUpCoordinator) == "1" {
+		os.Exit(hangUpCoordinator())
+	}
 	if os.Getenv(envSpecWorkerChild) == "1" {
 		os.Exit(specWorkerChild())
 	}

@@ -172,9 +172,12 @@
 // share of the alive lock, and the last rank to leave removes the file
 // (under the door, and only if the path still names that file). A job
 // whose ranks all fail or close removes its segment, however the failure
-// came (SIGKILL of any rank included); a job whose every rank is killed at
-// once, or exits without Close, leaves a stale segment that the next job of
-// the name replaces (starrun removes it when the job ends). Region files
+// came (SIGKILL of any rank while others are attached included); a job
+// whose every rank is killed at once, or whose last rank still attached
+// ends without Close after the others closed (it exits, or is killed in or
+// before its Close: no process is left to remove the file), leaves a stale
+// segment that the next job of the name replaces (starrun removes it when
+// the job ends). Region files
 // are removed as soon as every rank has mapped them: their memory lives as
 // long as a mapping does. One left by a job killed inside CreateRegion is
 // removed with the segment: by the last rank to leave, by the next job

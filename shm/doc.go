@@ -163,8 +163,12 @@
 // for a rank that joined and then failed: a rank whose process ended
 // (looked at every 50 ms, through a pidfd, so an unreaped process counts)
 // or whose context ended fails the others' start-up at once, naming it (an
-// *AbortError in the *MissingRanksError), and a rank that comes after such
-// a failure is told it, not that another job uses the name. A file another user owns
+// *AbortError in the *MissingRanksError). They remove the name as they
+// fail, so a rank that comes after such a failure starts a new segment
+// and fails at its own ConnectTimeout, with a *MissingRanksError naming
+// every rank that did not come; only one that comes while the failed
+// ranks are still leaving is told of the failure, not that another job
+// uses the name. A file another user owns
 // is a permission error (fs.ErrPermission); the segment is created with
 // mode 0600, so every rank of a job runs as one user.
 //

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 )
 
@@ -121,8 +120,8 @@ func (e *coordinatorFault) Unwrap() error { return e.err }
 // blameCoordinator wraps err in a coordinatorFault unless ctx, the
 // caller's context, has ended: then the caller gave up, not rank 0.
 func blameCoordinator(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return err
+	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
+		return err // (a context's timer may fire a moment after its deadline)
 	}
 	return &coordinatorFault{err: err}
 }
@@ -145,7 +144,7 @@ func dialOnce(ctx, dctx context.Context, cfg Config) (*link, error) {
 	conn, err := cfg.Dialer.Dial(dctx, cfg.Addr)
 	if err != nil {
 		err = fmt.Errorf("connect to coordinator at %s: %w", cfg.Addr, err)
-		if dctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		if dl, _ := dctx.Deadline(); dctx.Err() != nil || !time.Now().Before(dl) {
 			// Unreachable for the whole connect timeout. (A dial that
 			// fails at once, an address or a setting refused, is this
 			// rank's.)

@@ -40,6 +40,11 @@ const (
 	// rank polls its TCP links for a small frame before parking
 	// (star.Config.Spin; 0 turns polling off).
 	EnvSpinUS = "COBRE_TCP_SPIN_US"
+	// EnvSpinMaxUS is starcomm's addition: the most, in microseconds, the
+	// spin grows to after waits that parking cut short
+	// (star.Config.SpinMax; at or below COBRE_TCP_SPIN_US the spin stays
+	// at that).
+	EnvSpinMaxUS = "COBRE_TCP_SPIN_MAX_US"
 	// EnvBufferBytes is starcomm's addition: the size, in bytes, it asks
 	// for as each TCP socket's send and receive buffer
 	// (tcp.Config.BufferSize; 0 leaves the system's default, with
@@ -138,6 +143,13 @@ type Config struct {
 	// it parks (COBRE_TCP_SPIN_US, default star.DefaultConfig's, 100 µs;
 	// 0 turns polling off). See star.Config.Spin.
 	Spin time.Duration
+	// SpinMax is the most the spin grows to after polled waits that
+	// parking cut short: after a wait of w up to SpinMax, a rank spins for
+	// max(Spin, min(2w, SpinMax)) next time; after a longer one, for Spin
+	// (COBRE_TCP_SPIN_MAX_US, default star.DefaultConfig's, 1 ms; at or
+	// below Spin, 0 included, the spin stays at Spin). See
+	// star.Config.SpinMax.
+	SpinMax time.Duration
 	// BufferBytes is the size in bytes asked for as each TCP socket's send
 	// and receive buffer (COBRE_TCP_BUFFER_BYTES, default
 	// tcp.DefaultConfig's, 4 MiB; 0 leaves the system's default, with
@@ -206,7 +218,8 @@ type Config struct {
 // DefaultConfig returns the defaults: backend auto, port 29500, rank 0 of
 // size 1, no error file, and the timeouts, spin, bind address and socket
 // buffer size of star.DefaultConfig and tcp.DefaultConfig (timeout 60 s,
-// connect timeout 30 s, spin 100 µs, bind address 0.0.0.0, 4 MiB), and
+// connect timeout 30 s, spin 100 µs growing to at most 1 ms, bind
+// address 0.0.0.0, 4 MiB), and
 // shm's timeout (60 s).
 func DefaultConfig() Config {
 	sc, tc := star.DefaultConfig(), tcp.DefaultConfig()
@@ -219,6 +232,7 @@ func DefaultConfig() Config {
 		ConnectTimeout: sc.ConnectTimeout,
 		ShmTimeout:     shm.DefaultTimeout,
 		Spin:           sc.Spin,
+		SpinMax:        sc.SpinMax,
 		BufferBytes:    tc.BufferSize,
 		Liveness:       sc.Liveness,
 		Log:            LogOff,

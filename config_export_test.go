@@ -24,3 +24,7 @@ func VariableFields() (names, fields []string) {
 
 // TokenOf returns the token c gives: Token, or what TokenFile holds.
 func TokenOf(c Config) (star.Token, error) { return c.token() }
+
+// StarSpins returns the star.Config Spin and SpinMax that c gives, on a
+// system whose sockets can (canPoll) or cannot be polled.
+var StarSpins = starSpins

@@ -52,6 +52,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, "0.0.0.0", cfg.BindAddr)
 	assert.Equal(t, 30*time.Second, cfg.ConnectTimeout)
 	assert.Equal(t, 100*time.Microsecond, cfg.Spin)
+	assert.Equal(t, time.Millisecond, cfg.SpinMax)
 	assert.Equal(t, "auto", cfg.Backend)
 }
 
@@ -60,12 +61,12 @@ func TestConfigAllVariables(t *testing.T) {
 		"COBRE_COMM_BACKEND": "TCP", "COBRE_TCP_COORDINATOR": "10.0.0.1", "COBRE_TCP_PORT": "4000",
 		"COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "8", "COBRE_TCP_TIMEOUT_SECS": "2.5",
 		"COBRE_TCP_BIND_ADDR": "127.0.0.1", "COBRE_TCP_CONNECT_TIMEOUT_MS": "1500", "COBRE_TCP_SPIN_US": "150",
-		"COBRE_TCP_LIVENESS_SECS": "2.5", "COBRE_LOG": "WARN", "COBRE_DEBUG": "detail", "COBRE_TCP_BUFFER_BYTES": "212992",
+		"COBRE_TCP_SPIN_MAX_US": "2500", "COBRE_TCP_LIVENESS_SECS": "2.5", "COBRE_LOG": "WARN", "COBRE_DEBUG": "detail", "COBRE_TCP_BUFFER_BYTES": "212992",
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, starcomm.Config{Backend: "tcp", Coordinator: "10.0.0.1", Port: 4000, Rank: 0, Size: 8,
 		Timeout: 2500 * time.Millisecond, BindAddr: "127.0.0.1", ConnectTimeout: 1500 * time.Millisecond,
-		ShmTimeout: 60 * time.Second, Spin: 150 * time.Microsecond, BufferBytes: 212992, Liveness: 2500 * time.Millisecond, Log: "warn", Debug: "detail"}, cfg)
+		ShmTimeout: 60 * time.Second, Spin: 150 * time.Microsecond, SpinMax: 2500 * time.Microsecond, BufferBytes: 212992, Liveness: 2500 * time.Millisecond, Log: "warn", Debug: "detail"}, cfg)
 }
 
 // TestConfigCoordinatorNeedsNoAddress: rank 0 with backend tcp does not
@@ -132,6 +133,9 @@ func TestConfigBadValues(t *testing.T) {
 		{"connect timeout not a number", "COBRE_TCP_CONNECT_TIMEOUT_MS", "1s", "not an integer"},
 		{"spin negative", "COBRE_TCP_SPIN_US", "-1", "0..1000000"},
 		{"spin not a number", "COBRE_TCP_SPIN_US", "fast", "not an integer"},
+		{"spin max negative", "COBRE_TCP_SPIN_MAX_US", "-1", "must be a number of microseconds in 0..1000000 (0: the spin stays at COBRE_TCP_SPIN_US)"},
+		{"spin max too large", "COBRE_TCP_SPIN_MAX_US", "1000001", "0..1000000"},
+		{"spin max in milliseconds", "COBRE_TCP_SPIN_MAX_US", "1ms", "not an integer"},
 		{"buffer negative", "COBRE_TCP_BUFFER_BYTES", "-1", "0..2147483647"},
 		{"buffer too large", "COBRE_TCP_BUFFER_BYTES", "2147483648", "0..2147483647"},
 		{"buffer with a unit", "COBRE_TCP_BUFFER_BYTES", "4MiB", "not an integer"},
@@ -568,6 +572,8 @@ func TestConfigValidateRules(t *testing.T) {
 			c.Backend, c.Port, c.Timeout, c.ConnectTimeout, c.Spin = "tcp", -1, 0, -time.Second, -1
 		}), "tcp", []string{"Port", "Timeout", "ConnectTimeout", "Spin"}, ""},
 		{"Backend=tcp,Spin=0", with(func(c *starcomm.Config) { c.Backend, c.Spin = "tcp", 0 }), "tcp", nil, ""},
+		{"Backend=tcp,SpinMax=-1", with(func(c *starcomm.Config) { c.Backend, c.SpinMax = "tcp", -1 }), "tcp", []string{"SpinMax"}, ""},
+		{"Backend=tcp,SpinMax=0", with(func(c *starcomm.Config) { c.Backend, c.SpinMax = "tcp", 0 }), "tcp", nil, ""},
 		{"Backend=tcp,BufferBytes=-1", with(func(c *starcomm.Config) { c.Backend, c.BufferBytes = "tcp", -1 }), "tcp", []string{"BufferBytes"},
 			`starcomm: invalid BufferBytes="-1": must be 0 (the system's default) or a number of bytes up to 2147483647`},
 		{"Backend=tcp,BufferBytes=0", with(func(c *starcomm.Config) { c.Backend, c.BufferBytes = "tcp", 0 }), "tcp", nil, ""},
@@ -634,7 +640,7 @@ func TestConfigUnknownVariables(t *testing.T) {
 			msg: "starcomm: unknown variable cobre_tcp_size: did you mean COBRE_TCP_SIZE?"},
 		{env: []string{"COBRE_XYZZY_PLUGH=1"}, unknown: "COBRE_XYZZY_PLUGH",
 			msg: "starcomm: unknown variable COBRE_XYZZY_PLUGH: not a starcomm variable (known: COBRE_COMM_BACKEND, COBRE_TCP_COORDINATOR, COBRE_TCP_PORT, " +
-				"COBRE_TCP_RANK, COBRE_TCP_SIZE, COBRE_TCP_TIMEOUT_SECS, COBRE_TCP_BIND_ADDR, COBRE_TCP_CONNECT_TIMEOUT_MS, COBRE_SHM_NAME, COBRE_SHM_TIMEOUT_SECS, COBRE_TCP_SPIN_US, COBRE_TCP_BUFFER_BYTES, COBRE_TCP_LIVENESS_SECS, COBRE_TCP_TLS_CERT, COBRE_TCP_TLS_KEY, COBRE_TCP_TLS_CA, COBRE_LOG, COBRE_DEBUG, COBRE_TCP_TOKEN, COBRE_TCP_TOKEN_FILE, COBRE_ERROR_FILE)"},
+				"COBRE_TCP_RANK, COBRE_TCP_SIZE, COBRE_TCP_TIMEOUT_SECS, COBRE_TCP_BIND_ADDR, COBRE_TCP_CONNECT_TIMEOUT_MS, COBRE_SHM_NAME, COBRE_SHM_TIMEOUT_SECS, COBRE_TCP_SPIN_US, COBRE_TCP_SPIN_MAX_US, COBRE_TCP_BUFFER_BYTES, COBRE_TCP_LIVENESS_SECS, COBRE_TCP_TLS_CERT, COBRE_TCP_TLS_KEY, COBRE_TCP_TLS_CA, COBRE_LOG, COBRE_DEBUG, COBRE_TCP_TOKEN, COBRE_TCP_TOKEN_FILE, COBRE_ERROR_FILE)"},
 		{env: []string{"COBRE_SHM_NAME=seg", "COBRE_TCP_RANK=0", "COBRE_TCP_SIZE=2", "COBRE_VERBOSE=1"}, unknown: "COBRE_VERBOSE"},
 		{env: []string{"COBRE_SHM_TIMEOUT=5"}, unknown: "COBRE_SHM_TIMEOUT", suggestion: "COBRE_SHM_TIMEOUT_SECS"},
 	}
@@ -929,6 +935,7 @@ func TestConfigDefaultsFromStarAndTCP(t *testing.T) {
 		{"ConnectTimeout=star", d.ConnectTimeout, sc.ConnectTimeout},
 		{"ConnectTimeout=tcp", d.ConnectTimeout, tc.ConnectTimeout},
 		{"Spin=star", d.Spin, sc.Spin},
+		{"SpinMax=star", d.SpinMax, sc.SpinMax},
 		{"ShmTimeout=shm", d.ShmTimeout, shm.DefaultTimeout},
 		{"ShmTimeout=tcp's", d.ShmTimeout, d.Timeout},
 		{"BindAddr=tcp", d.BindAddr, tc.BindAddr},
@@ -1405,4 +1412,36 @@ func anInterface(t *testing.T) string {
 		t.Fatalf("net.Interfaces: %v (%d)", err, len(ifs))
 	}
 	return ifs[0].Name
+}
+
+// TestConfigSpinsReachStar: COBRE_TCP_SPIN_US and COBRE_TCP_SPIN_MAX_US as
+// the tcp backend hands them to star: the defaults as they are (100 µs
+// growing to 1 ms), 0 for the spin turns polling off (as do sockets that
+// cannot be polled), and 0 for the most keeps the spin fixed (star's own
+// zero would mean its default, so it becomes -1).
+func TestConfigSpinsReachStar(t *testing.T) {
+	const us = time.Microsecond
+	cases := []struct {
+		name          string
+		env           map[string]string
+		canPoll       bool
+		spin, spinMax time.Duration
+	}{
+		{"defaults", nil, true, 100 * us, 1000 * us},
+		{"both set", map[string]string{"COBRE_TCP_SPIN_US": "50", "COBRE_TCP_SPIN_MAX_US": "5000"}, true, 50 * us, 5000 * us},
+		{"fixed spin", map[string]string{"COBRE_TCP_SPIN_MAX_US": "0"}, true, 100 * us, -1},
+		{"no polling", map[string]string{"COBRE_TCP_SPIN_US": "0"}, true, -1, 1000 * us},
+		{"sockets that cannot be polled", nil, false, -1, 1000 * us},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"COBRE_COMM_BACKEND": "tcp", "COBRE_TCP_RANK": "0", "COBRE_TCP_SIZE": "2"}
+			maps.Copy(env, tc.env)
+			cfg, err := starcomm.ConfigFromLookup(lookup(env))
+			require.NoError(t, err)
+			spin, spinMax := starcomm.StarSpins(cfg, tc.canPoll)
+			assert.Equal(t, tc.spin, spin, "Spin")
+			assert.Equal(t, tc.spinMax, spinMax, "SpinMax")
+		})
+	}
 }

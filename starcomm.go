@@ -177,7 +177,7 @@ func newTCP(ctx context.Context, cfg Config, blamed *int) (comm.Communicator, er
 	sc.Rank, sc.Size = cfg.Rank, cfg.Size
 	sc.Timeout = cfg.Timeout
 	sc.ConnectTimeout = cfg.ConnectTimeout
-	sc.Spin = cfg.Spin
+	sc.Spin, sc.SpinMax = starSpins(cfg, tcp.CanPoll)
 	sc.Liveness = cfg.Liveness
 	if sc.Liveness == 0 {
 		sc.Liveness = -1 // COBRE_TCP_LIVENESS_SECS=0: no control session
@@ -192,9 +192,6 @@ func newTCP(ctx context.Context, cfg Config, blamed *int) (comm.Communicator, er
 			}
 			recordFailure(cfg.ErrorFile, f, cfg.Size)
 		}
-	}
-	if sc.Spin == 0 || !tcp.CanPoll {
-		sc.Spin = -1 // COBRE_TCP_SPIN_US=0, or sockets that cannot be polled here
 	}
 	tlsCfg, err := tlsConfig(cfg)
 	if err != nil { // a TLS file that cannot be used (New records it)
@@ -252,4 +249,19 @@ func asInit(err error, target **comm.InitializationFailedError) bool {
 // copy.
 func SharedMemory(c comm.Communicator) shm.Provider {
 	return shm.For(c)
+}
+
+// starSpins returns star.Config's Spin and SpinMax for cfg: Spin 0
+// (COBRE_TCP_SPIN_US=0), or sockets that cannot be polled here, turn
+// polling off (-1); SpinMax 0 (COBRE_TCP_SPIN_MAX_US=0) keeps the spin at
+// Spin (-1: star's zero would mean its default).
+func starSpins(cfg Config, canPoll bool) (spin, spinMax time.Duration) {
+	spin, spinMax = cfg.Spin, cfg.SpinMax
+	if spin == 0 || !canPoll {
+		spin = -1
+	}
+	if spinMax == 0 {
+		spinMax = -1
+	}
+	return spin, spinMax
 }

@@ -57,6 +57,10 @@ type Comm struct {
 	seq     uint64
 	op      string
 	opStart time.Time
+	// spinNow is the spin of the next polled wait (see waited); 0 until
+	// the first polled wait ends (spin then gives Spin). Only the
+	// collective's goroutine uses it.
+	spinNow time.Duration
 	// bcastRoot is the root of the running collective when it is a
 	// broadcast, else -1 (see awaitsUnread).
 	bcastRoot int
@@ -1107,12 +1111,32 @@ func (c *Comm) regions(recv comm.View, counts, displs []int) [][]byte {
 }
 
 // spin is how long to poll for a frame of n payload bytes before parking:
-// Spin for small frames, 0 (no polling) for large ones.
+// the adapted spin (see waited) for small frames, Spin when polling is off
+// (not positive), 0 (no polling) for large frames.
 func (c *Comm) spin(n int) time.Duration {
 	if n > pollMax {
 		return 0
 	}
-	return c.cfg.Spin
+	if c.cfg.Spin <= 0 || c.spinNow <= 0 {
+		return c.cfg.Spin
+	}
+	return c.spinNow
+}
+
+// waited adapts the spin to a polled wait of w that ended with every
+// frame waited for in (see Config.SpinMax): twice w, between Spin and
+// SpinMax, after a wait of at most SpinMax; Spin after a longer one.
+// Only the collective's goroutine calls it, and spin.
+func (c *Comm) waited(w time.Duration) {
+	lo, hi := c.cfg.Spin, c.cfg.SpinMax
+	if lo <= 0 || hi <= lo {
+		return
+	}
+	if w > hi {
+		c.spinNow = lo
+		return
+	}
+	c.spinNow = min(hi, max(lo, 2*w))
 }
 
 // Allgatherv gathers every rank's send into recv.

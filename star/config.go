@@ -50,8 +50,20 @@ type Config struct {
 	// most of a small collective's latency; one that does not costs Spin of
 	// CPU. Polling needs a transport that is a transport.Poller (TCP);
 	// other transports always park. Negative turns polling off; zero means
-	// the default, 100 µs.
+	// the default, 100 µs. The spin adapts up to SpinMax.
 	Spin time.Duration
+	// SpinMax is the longest the spin grows to. After a polled wait of w
+	// (from the start of a rank's wait for its small frames to their end)
+	// of at most SpinMax, the rank's next polled wait spins for
+	// max(Spin, min(2w, SpinMax)); after a longer one (a peer that was
+	// computing), for Spin. So where a collective's round takes longer
+	// than Spin (more ranks than cores, a host whose wake-ups are slow),
+	// the ranks keep polling through it instead of parking and paying a
+	// wake-up each, and a rank that waits for a late peer burns at most
+	// SpinMax of CPU per collective, and Spin once the lateness exceeds
+	// SpinMax. Zero means the default, 1 ms; a value at or below Spin
+	// (negative included) keeps the spin at Spin.
+	SpinMax time.Duration
 	// Listener is where the coordinator accepts workers (rank 0 with
 	// Size > 1). New takes ownership and closes it once every worker has
 	// registered, or on failure.
@@ -134,6 +146,7 @@ func DefaultConfig() Config {
 		HandshakeTimeout: 10 * time.Second,
 		ShutdownTimeout:  time.Second,
 		Spin:             100 * time.Microsecond,
+		SpinMax:          time.Millisecond,
 		Liveness:         10 * time.Second,
 		StallReport:      30 * time.Second,
 	}
@@ -150,7 +163,7 @@ const MaxDuration = 10 * 365 * 24 * time.Hour
 // withDefaults fills zero durations with the defaults, and caps every
 // duration at MaxDuration.
 func (c Config) withDefaults() Config {
-	for _, f := range []*time.Duration{&c.Timeout, &c.ConnectTimeout, &c.HandshakeTimeout, &c.ShutdownTimeout, &c.Spin, &c.Liveness, &c.StallReport} {
+	for _, f := range []*time.Duration{&c.Timeout, &c.ConnectTimeout, &c.HandshakeTimeout, &c.ShutdownTimeout, &c.Spin, &c.SpinMax, &c.Liveness, &c.StallReport} {
 		*f = min(*f, MaxDuration)
 	}
 	d := DefaultConfig()
@@ -169,6 +182,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Spin == 0 {
 		c.Spin = d.Spin
+	}
+	if c.SpinMax == 0 {
+		c.SpinMax = d.SpinMax
 	}
 	if c.Liveness == 0 {
 		c.Liveness = d.Liveness

@@ -319,18 +319,23 @@ func (co *coordinator) fan(links []*link, req request, cut bool) error {
 // returns that failure as a *linkError.
 func (co *coordinator) gather(spin time.Duration) error {
 	todo := append(co.todo[:0], co.workers...)
-	if co.polled && spin > 0 {
-		co.c.hook(hookPoll)
-		done, bad, err := pollLinks(spin, co.c.cfg.Timeout, todo...)
-		for _, l := range todo[:done] {
-			l.arrive(co.c.seq)
-		}
-		if err != nil {
-			return &linkError{peer: bad.peer, err: err}
-		}
-		todo = todo[done:]
+	if !co.polled || spin <= 0 {
+		return co.fan(todo, request{kind: reqRead}, true)
 	}
-	return co.fan(todo, request{kind: reqRead}, true)
+	start := time.Now()
+	co.c.hook(hookPoll)
+	done, bad, err := pollLinks(spin, co.c.cfg.Timeout, todo...)
+	for _, l := range todo[:done] {
+		l.arrive(co.c.seq)
+	}
+	if err != nil {
+		return &linkError{peer: bad.peer, err: err}
+	}
+	if err := co.fan(todo[done:], request{kind: reqRead}, true); err != nil {
+		return err
+	}
+	co.c.waited(time.Since(start))
+	return nil
 }
 
 // scatter sends every worker link but skip a frame of tag with payload
@@ -507,8 +512,13 @@ func (co *coordinator) broadcast(buf []byte, root int) error {
 		}
 	}
 	if root != 0 {
-		if err := co.byRank[root].awaitFrame(co.c.spin(len(buf)), TagBroadcast, buf); err != nil {
+		spin := co.c.spin(len(buf))
+		start := time.Now()
+		if err := co.byRank[root].awaitFrame(spin, TagBroadcast, buf); err != nil {
 			return &linkError{peer: root, err: err}
+		}
+		if co.polled && spin > 0 {
+			co.c.waited(time.Since(start))
 		}
 		co.byRank[root].arrive(co.c.seq)
 		co.byRank[root].deliver(co.c.seq, time.Now())

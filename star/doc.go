@@ -200,10 +200,18 @@
 // far as the socket takes them without waiting. Between rounds that found
 // nothing it yields the processor (sched_yield), so that on a host with
 // more ranks than cores the peer it waits for gets to run. Whatever has not
-// arrived or gone out when polling ends (Spin without progress, or Timeout
-// in all) is finished by the link's own goroutine under the timeout,
-// exactly as without polling: a frame may be split between the two at any
-// byte. Large frames are not polled for: they take long enough on the wire
+// arrived or gone out when polling ends (the spin without progress, or
+// Timeout in all) is finished by the link's own goroutine under the
+// timeout, exactly as without polling: a frame may be split between the
+// two at any byte. The spin adapts to the waits (Config.SpinMax): a rank
+// whose last polled wait, from the start of its wait for its small frames
+// to their end, took w of at most SpinMax spins for max(Spin, min(2w,
+// SpinMax)) in the next one, and for Spin after a longer wait. Where a
+// collective's round outlasts Spin (more ranks than cores; a virtual
+// machine whose wake-ups are slow) every rank then polls through the
+// round instead of parking and paying a wake-up; a peer that computes
+// for longer than SpinMax costs a waiting rank Spin of polling per
+// collective, and one that is late by less costs it at most SpinMax. Large frames are not polled for: they take long enough on the wire
 // that parking loses nothing, and polling would take a core from the
 // copies. A frame of at most 16 KiB, header included, is polled for with
 // one read of the whole frame expected (never more), copied from there to

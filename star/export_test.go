@@ -160,3 +160,7 @@ func ScratchBytes(c *Comm) int { return 8 * cap(c.role.(*coordinator).scratch) }
 // ControlWait is how long after start-up a worker of three ranks or more
 // opens its control session when no frame from rank 0 came first.
 func ControlWait() time.Duration { return controlWait }
+
+// SpinNow is how long c polls for a small frame in its next polled wait
+// (see Comm.waited). Call it between collectives.
+func SpinNow(c comm.Communicator) time.Duration { return c.(*Comm).spin(0) }

@@ -209,8 +209,13 @@ func (w *worker) exchange(tag byte, extra, send []byte, want byte, parts ...[]by
 		n += len(p)
 	}
 	w.c.hook(hookPoll)
-	if err := w.up.awaitFrame(w.c.spin(n), want, parts...); err != nil {
+	spin := w.c.spin(n)
+	start := time.Now()
+	if err := w.up.awaitFrame(spin, want, parts...); err != nil {
 		return &linkError{peer: 0, err: w.controlLastWords(err)}
+	}
+	if spin > 0 {
+		w.c.waited(time.Since(start))
 	}
 	w.controlNow()
 	return nil

@@ -17,7 +17,8 @@ import (
 )
 
 // TestSteadyStateAllocations checks that, after warm-up, allgatherv (small,
-// and large enough to be relayed when the control sessions are on),
+// and large enough to be relayed when the control sessions are on and
+// the relay is not left out for workers on this host),
 // allreduce, broadcast and barrier allocate nothing per operation, on any
 // rank, with the control session off and on. It runs over TCP because
 // net.Pipe allocates a timer for every deadline it sets. With the control
@@ -35,14 +36,23 @@ func TestSteadyStateAllocations(t *testing.T) {
 			relays.Add(1)
 		}
 	})()
-	for _, live := range []time.Duration{-1, time.Hour} {
-		t.Run(fmt.Sprintf("liveness=%v", live), func(t *testing.T) {
+	for _, tc := range []struct {
+		live  time.Duration
+		relay bool // relay on this host (star.SetRelayOnHost)
+	}{{-1, true}, {time.Hour, true}, {time.Hour, false}} {
+		t.Run(fmt.Sprintf("liveness=%v/relay-on-host=%v", tc.live, tc.relay), func(t *testing.T) {
+			if tc.relay {
+				defer star.SetRelayOnHost()()
+			}
 			before := relays.Load()
-			steadyStateAllocations(t, 0.1, func(c *star.Config) { c.Liveness = live })
-			if live > 0 {
-				require.Greater(t, relays.Load(), before+600, "large allgathervs relayed")
-			} else {
+			steadyStateAllocations(t, 0.1, func(c *star.Config) { c.Liveness = tc.live })
+			switch {
+			case tc.live < 0:
 				require.Equal(t, before, relays.Load(), "no relay without control sessions")
+			case tc.relay:
+				require.Greater(t, relays.Load(), before+600, "large allgathervs relayed")
+			default:
+				require.Equal(t, before, relays.Load(), "workers on this host: stored and forwarded")
 			}
 		})
 	}

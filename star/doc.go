@@ -55,7 +55,10 @@
 // untouched). The worker reads the regions straight into recv at displs.
 //
 // An AllgathervRecv of 1 MiB or more is relayed when every worker has a
-// control session: once every AllgathervSend header has arrived and been
+// control session and some worker is not on rank 0's host (a
+// transport.HostLocal link says whether it is; workers on one host store
+// and forward every size, since there the copies, not a link, bound it,
+// and the relay's hand-offs only take CPU): once every AllgathervSend header has arrived and been
 // checked, the coordinator starts each worker's AllgathervRecv (rank 0's
 // region first) while the workers' regions still arrive, forwarding each
 // region as it comes in, so that its outgoing link never waits for the

@@ -164,3 +164,13 @@ func ControlWait() time.Duration { return controlWait }
 // SpinNow is how long c polls for a small frame in its next polled wait
 // (see Comm.waited). Call it between collectives.
 func SpinNow(c comm.Communicator) time.Duration { return c.(*Comm).spin(0) }
+
+// SetRelayOnHost makes the coordinators built while it is set relay the
+// large allgathervs of workers on this host too (they are stored and
+// forwarded otherwise; see transport.HostLocal), and returns a function
+// that restores the default. Set it before building communicators; not
+// for parallel tests.
+func SetRelayOnHost() (restore func()) {
+	relayOnHost.Store(true)
+	return func() { relayOnHost.Store(false) }
+}

@@ -121,6 +121,7 @@ func (d recordingDialer) Dial(ctx context.Context, addr string) (transport.Conn,
 // the writer left the read side to the reader and rank 0 reported a broken
 // pipe (and so did rank 1, through rank 0's Abort).
 func TestRelayLastWordsAfterRead(t *testing.T) {
+	t.Cleanup(star.SetRelayOnHost()) // its workers are on this host
 	testkit.CheckGoroutines(t)
 	const size, liar, per = 3, 2, 2 << 20
 	h := &liarHolds{t: t, liarAddrs: map[string]bool{}, release: make(chan struct{}), exited: make(chan struct{})}

@@ -47,6 +47,8 @@ type link struct {
 	// direct is set when conn is a transport.DirectWriter that reports
 	// true (see alignedStageMax).
 	direct bool
+	// onHost is set when the peer is on this host (transport.HostLocal).
+	onHost bool
 	// sw is conn as a transport.SpliceWriter, on a direct link, until it
 	// reports that it cannot splice (see writeApart).
 	sw transport.SpliceWriter
@@ -214,6 +216,9 @@ func newLink(peer int, conn transport.Conn, timeout time.Duration) *link {
 	}
 	if sw, ok := conn.(transport.SpliceWriter); ok && l.direct && !spliceOff.Load() {
 		l.sw = sw
+	}
+	if hl, ok := conn.(transport.HostLocal); ok {
+		l.onHost = hl.PeerOnHost()
 	}
 	return l
 }

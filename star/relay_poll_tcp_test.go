@@ -147,6 +147,7 @@ func (c *throttledConn) ReadNow(p []byte) (int, error) {
 // same allgatherv (stored and forwarded or relayed, as the polling goes)
 // is right too, twice in a row.
 func TestRelayAfterPolling(t *testing.T) {
+	t.Cleanup(star.SetRelayOnHost()) // its workers are on this host
 	testkit.CheckGoroutines(t)
 	const (
 		size   = 7

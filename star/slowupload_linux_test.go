@@ -81,6 +81,7 @@ func (d slowUploadDialer) Dial(ctx context.Context, addr string) (transport.Conn
 // system's caps at 208 KiB (rank 1 at 2 Mbit/s, T = 2 s) the build before
 // failed 4 of 5 runs so.
 func TestSlowUploadWhileRelayedTCP(t *testing.T) {
+	t.Cleanup(star.SetRelayOnHost()) // its workers are on this host
 	testkit.CheckGoroutines(t)
 	const size, per, timeout = 3, 1 << 20, time.Second
 	var relays, slowed atomic.Int64

@@ -90,6 +90,16 @@ type SpliceWriter interface {
 	WriteSpliced(p []byte) error
 }
 
+// HostLocal is an optional ability of a Conn: PeerOnHost reports whether
+// the peer is a process of this host (a loopback address, or the
+// connection's own local address). Star's coordinator stores and forwards
+// the large allgathervs whose workers are all on its host instead of
+// relaying them: on one host the relay's concurrency cannot make a link
+// faster, and its hand-offs take the CPU the copies need.
+type HostLocal interface {
+	PeerOnHost() bool
+}
+
 // UnsentCounter is an optional ability of a Conn: Unsent returns how many
 // bytes written to it the system has not sent yet (held in TCP's send
 // queue by the peer's window or congestion control; SIOCOUTQNSD on Linux),

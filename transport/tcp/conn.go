@@ -257,3 +257,22 @@ func (c *Conn) WriteBuffers(bufs [][]byte) (int64, error) {
 	c.bufs = nil
 	return n, err
 }
+
+var _ transport.HostLocal = (*Conn)(nil)
+
+// PeerOnHost implements transport.HostLocal: the peer's address is a
+// loopback address or the connection's own local address (the same IP; an
+// IPv4 address and its IPv4-mapped IPv6 form are the same).
+func (c *Conn) PeerOnHost() bool { return peerOnHost(c.LocalAddr(), c.RemoteAddr()) }
+
+// peerOnHost reports whether remote, the peer of a connection whose own
+// address is local, is on this host: both TCP addresses, remote a loopback
+// address or local's IP.
+func peerOnHost(local, remote net.Addr) bool {
+	l, lok := local.(*net.TCPAddr)
+	r, rok := remote.(*net.TCPAddr)
+	if !lok || !rok || l == nil || r == nil {
+		return false
+	}
+	return r.IP.IsLoopback() || (len(r.IP) > 0 && r.IP.Equal(l.IP))
+}

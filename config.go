@@ -145,7 +145,8 @@ type Config struct {
 	Spin time.Duration
 	// SpinMax is the most the spin grows to after polled waits that
 	// parking cut short: after a wait of w up to SpinMax, a rank spins for
-	// max(Spin, min(2w, SpinMax)) next time; after a longer one, for Spin
+	// max(Spin, min(2w, SpinMax)) next time; after a longer one, or a
+	// collective that moved a frame of more than 256 KiB, for Spin
 	// (COBRE_TCP_SPIN_MAX_US, default star.DefaultConfig's, 1 ms; at or
 	// below Spin, 0 included, the spin stays at Spin). See
 	// star.Config.SpinMax.

@@ -1112,9 +1112,14 @@ func (c *Comm) regions(recv comm.View, counts, displs []int) [][]byte {
 
 // spin is how long to poll for a frame of n payload bytes before parking:
 // the adapted spin (see waited) for small frames, Spin when polling is off
-// (not positive), 0 (no polling) for large frames.
+// (not positive), 0 (no polling) for large frames. A large frame also
+// brings the adapted spin back to Spin: the copies bound a collective that
+// moves one, and a rank that polls long right after it (its next small
+// collective waits for rank 0's other large writes) takes the CPU they
+// need.
 func (c *Comm) spin(n int) time.Duration {
 	if n > pollMax {
+		c.spinNow = 0
 		return 0
 	}
 	if c.cfg.Spin <= 0 || c.spinNow <= 0 {

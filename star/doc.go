@@ -209,7 +209,8 @@
 // two at any byte. The spin adapts to the waits (Config.SpinMax): a rank
 // whose last polled wait, from the start of its wait for its small frames
 // to their end, took w of at most SpinMax spins for max(Spin, min(2w,
-// SpinMax)) in the next one, and for Spin after a longer wait. Where a
+// SpinMax)) in the next one, and for Spin after a longer wait or a
+// collective that moved a frame of more than 256 KiB. Where a
 // collective's round outlasts Spin (more ranks than cores; a virtual
 // machine whose wake-ups are slow) every rank then polls through the
 // round instead of parking and paying a wake-up; a peer that computes

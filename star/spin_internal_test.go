@@ -11,7 +11,8 @@ import (
 // (Config.SpinMax): twice it, between Spin and SpinMax, after a wait of at
 // most SpinMax, and Spin again after a longer one; it stays at Spin when
 // SpinMax is not above Spin, and polling that is off stays off. Large
-// frames are never polled for, whatever the spin.
+// frames are never polled for, whatever the spin, and one brings the spin
+// back to Spin.
 func TestSpinAdapts(t *testing.T) {
 	const us = time.Microsecond
 	type step struct{ wait, next time.Duration }
@@ -44,6 +45,9 @@ func TestSpinAdapts(t *testing.T) {
 				assert.Equal(t, s.next, c.spin(0), "step %d: after a wait of %v", i, s.wait)
 				assert.Equal(t, s.next, c.spin(pollMax), "step %d: the largest polled frame", i)
 				assert.Zero(t, c.spin(pollMax+1), "step %d: a large frame is never polled for", i)
+				assert.Equal(t, tc.spin, c.spin(0), "step %d: after a large frame, back to Spin", i)
+				c.waited(s.wait)
+				assert.Equal(t, s.next, c.spin(0), "step %d: the same wait again", i)
 			}
 		})
 	}

@@ -57,9 +57,9 @@ type Config struct {
 	// of at most SpinMax, the rank's next polled wait spins for
 	// max(Spin, min(2w, SpinMax)); after a longer one (a peer that was
 	// computing), or after a collective that moved a frame of more than
-	// 256 KiB (the copies bound those, and need the CPU),
-	// for Spin. So where a collective's round takes longer
-	// than Spin (more ranks than cores, a host whose wake-ups are slow),
+	// 256 KiB (the copies bound those, and need the CPU), for Spin. So
+	// where a collective's round takes longer than Spin (more ranks than
+	// cores, a host whose wake-ups are slow),
 	// the ranks keep polling through it instead of parking and paying a
 	// wake-up each, and a rank that waits for a late peer burns at most
 	// SpinMax of CPU per collective, and Spin once the lateness exceeds

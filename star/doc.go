@@ -58,8 +58,8 @@
 // control session and some worker is not on rank 0's host (a
 // transport.HostLocal link says whether it is; workers on one host store
 // and forward every size, since there the copies, not a link, bound it,
-// and the relay's hand-offs only take CPU): once every AllgathervSend header has arrived and been
-// checked, the coordinator starts each worker's AllgathervRecv (rank 0's
+// and the relay's hand-offs only take CPU): once every AllgathervSend
+// header has arrived and been checked, the coordinator starts each worker's AllgathervRecv (rank 0's
 // region first) while the workers' regions still arrive, forwarding each
 // region as it comes in, so that its outgoing link never waits for the
 // incoming ones (where the network is the limit, stored and forwarded it
@@ -215,7 +215,8 @@
 // machine whose wake-ups are slow) every rank then polls through the
 // round instead of parking and paying a wake-up; a peer that computes
 // for longer than SpinMax costs a waiting rank Spin of polling per
-// collective, and one that is late by less costs it at most SpinMax. Large frames are not polled for: they take long enough on the wire
+// collective, and one that is late by less costs it at most SpinMax.
+// Large frames are not polled for: they take long enough on the wire
 // that parking loses nothing, and polling would take a core from the
 // copies. A frame of at most 16 KiB, header included, is polled for with
 // one read of the whole frame expected (never more), copied from there to

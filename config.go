@@ -305,6 +305,12 @@ func (e *UnknownVariableError) Error() string {
 	return fmt.Sprintf("starcomm: unknown variable %s: not a starcomm variable (known: %s)", e.Var, strings.Join(knownNames(), ", "))
 }
 
+// SelectedBackend returns the backend c selects, in lower case: its
+// Backend, or for auto (or "") the backend the other fields call for (see
+// Config.Backend): tcp for a rank 0 of several ranks, which sets no
+// Coordinator, too. It does not validate c.
+func (c Config) SelectedBackend() string { return c.resolve() }
+
 // resolve returns the backend c selects: its Backend, or for auto the
 // backend the other fields call for (see Config.Backend).
 func (c Config) resolve() string {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/starcomm/starcomm"
 	"github.com/starcomm/starcomm/internal/errfile"
 )
 
@@ -41,4 +42,24 @@ func TestRankRecordsConfigError(t *testing.T) {
 	assert.Equal(t, 1, rec.Rank)
 	assert.Equal(t, 1, rec.Blamed)
 	assert.Contains(t, rec.Message, `invalid COBRE_TCP_PORT="abc"`)
+}
+
+// TestBackendName: the backend a rank reports is the one the library
+// selects, rank 0 of a tcp job (which sets no coordinator) included.
+func TestBackendName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  starcomm.Config
+		raw  bool
+		want string
+	}{
+		{"rank 0 of 4, auto", starcomm.Config{Backend: "auto", Rank: 0, Size: 4}, false, "tcp"},
+		{"worker, auto", starcomm.Config{Backend: "auto", Rank: 2, Size: 4, Coordinator: "127.0.0.1"}, false, "tcp"},
+		{"one rank, auto", starcomm.Config{Backend: "auto", Size: 1}, false, "local"},
+		{"shm, auto", starcomm.Config{Backend: "auto", Size: 4, ShmName: "job"}, false, "shm"},
+		{"shm named", starcomm.Config{Backend: "SHM", Size: 4}, false, "shm"},
+		{"raw", starcomm.Config{Backend: "auto", Size: 4}, true, "raw relay over tcp"},
+	} {
+		assert.Equal(t, tc.want, backendName(tc.cfg, tc.raw), tc.name)
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -146,16 +145,5 @@ func backendName(cfg starcomm.Config, raw bool) string {
 	if raw {
 		return "raw relay over tcp"
 	}
-	b := strings.ToLower(strings.TrimSpace(cfg.Backend))
-	if b != "" && b != starcomm.BackendAuto {
-		return b
-	}
-	switch {
-	case cfg.Coordinator != "":
-		return starcomm.BackendTCP
-	case cfg.ShmName != "":
-		return starcomm.BackendShm
-	default:
-		return starcomm.BackendLocal
-	}
+	return cfg.SelectedBackend()
 }

@@ -47,19 +47,34 @@ type Config struct {
 	// MaxBackoff caps the wait between connection attempts. It must be at
 	// least InitialBackoff. Default 2s.
 	MaxBackoff time.Duration
+	// OnHostCongestion is the TCP congestion control (Linux's
+	// TCP_CONGESTION) of a connection whose peer is on this host: one to
+	// a loopback address or to one of this host's own addresses. The
+	// connections to other hosts keep the system's choice
+	// (net.ipv4.tcp_congestion_control). Linux paces the sends of a
+	// connection under BBR from the kernel itself when no fq qdisc does
+	// it, and on a loopback link that pacing is all it does: with BBR as
+	// the system's choice, 4 ranks on a 2-core AMD EPYC took 0.67x to
+	// 0.72x the time for allgathervs of 2 and 16 MiB per rank with
+	// "cubic" here. An algorithm the kernel does not have, or does not
+	// let this process choose, leaves the system's. "" leaves the
+	// system's on every connection. Letters, digits and '_', at most 15
+	// characters. Default "cubic". Other systems than Linux ignore it.
+	OnHostCongestion string
 }
 
 // DefaultConfig returns the default settings, the ones starcomm uses when
 // the environment sets nothing.
 func DefaultConfig() Config {
 	return Config{
-		BindAddr:       "0.0.0.0",
-		Timeout:        60 * time.Second,
-		ConnectTimeout: 30 * time.Second,
-		KeepAlive:      15 * time.Second,
-		BufferSize:     4 << 20,
-		InitialBackoff: 50 * time.Millisecond,
-		MaxBackoff:     2 * time.Second,
+		BindAddr:         "0.0.0.0",
+		Timeout:          60 * time.Second,
+		ConnectTimeout:   30 * time.Second,
+		KeepAlive:        15 * time.Second,
+		BufferSize:       4 << 20,
+		InitialBackoff:   50 * time.Millisecond,
+		MaxBackoff:       2 * time.Second,
+		OnHostCongestion: "cubic",
 	}
 }
 
@@ -114,7 +129,24 @@ func (c Config) Validate() error {
 	if c.MaxBackoff < c.InitialBackoff || c.MaxBackoff <= 0 {
 		bad("MaxBackoff", c.MaxBackoff, fmt.Sprintf("must be positive and at least InitialBackoff (%v)", c.InitialBackoff))
 	}
+	if !validCongestion(c.OnHostCongestion) {
+		bad("OnHostCongestion", fmt.Sprintf("%q", c.OnHostCongestion), `must be "" (the system's) or the name of a congestion control such as "cubic": letters, digits and '_', at most 15 characters`)
+	}
 	return errors.Join(errs...)
+}
+
+// validCongestion reports whether name is "" or could name a congestion
+// control: at most 15 (TCP_CA_NAME_MAX - 1) letters, digits and '_'.
+func validCongestion(name string) bool {
+	if len(name) > 15 {
+		return false
+	}
+	for _, r := range name {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // hasPort reports whether addr looks like host:port rather than a host.

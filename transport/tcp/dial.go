@@ -81,7 +81,7 @@ func NewDialer(cfg Config) *Dialer {
 		cfg: cfg,
 		err: cfg.Validate(),
 		nd: net.Dialer{
-			Control:   control(cfg),
+			Control:   control(cfg, dialCongestion(cfg)),
 			KeepAlive: -1, // configure sets keep-alive once connected
 		},
 	}

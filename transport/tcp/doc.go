@@ -76,7 +76,19 @@
 //     BufferSize is left to autotuning: on a 2-core Intel Xeon with both
 //     caps at 208 KiB, 4 ranks on loopback, a fixed 208 KiB buffer made
 //     starbench's allgathervs and SDDP iteration take 1.21x to 1.57x
-//     autotuning's time.
+//     autotuning's time;
+//   - on Linux, the congestion control OnHostCongestion ("cubic") when the
+//     peer is on this host (a loopback address or one of the host's own):
+//     set before connect on a dialed socket, and on the listening socket,
+//     whose algorithm accepted sockets inherit; Accept gives a connection
+//     from another host the system's algorithm back before it sends a
+//     byte. With BBR as the system's choice and no fq qdisc, the kernel
+//     paces every send of a connection with a timer of its own, and on
+//     loopback that only slows it: 4 ranks on one 2-core AMD EPYC with
+//     BBR took 0.67x to 0.72x the time for allgathervs of 2 and 16 MiB
+//     per rank, and about 0.75x for 200 KB, with cubic on their links.
+//     Setting the algorithm on a connection already open does not help:
+//     BBR leaves the pacing on when it is replaced.
 //
 // Read and Write are the *net.TCPConn's, and so are their errors,
 // unchanged; the deadline methods set the *net.TCPConn's deadlines and the

@@ -18,6 +18,11 @@ type Listener struct {
 	ln   *net.TCPListener
 	cfg  Config
 	port int
+	// offHost is the system's congestion control, which the listening
+	// socket had before it was given cfg.OnHostCongestion, and which
+	// Accept gives back to connections from other hosts; "" when the
+	// listening socket's did not change.
+	offHost string
 }
 
 var _ transport.Listener = (*Listener)(nil)
@@ -68,8 +73,9 @@ func Listen(cfg Config, port int) (*Listener, error) {
 		return nil, fmt.Errorf("tcp: listen: port %d out of range: want 0 (any free port) to 65535", port)
 	}
 	addr := net.JoinHostPort(cfg.BindAddr, strconv.Itoa(port))
+	var offHost string
 	lc := net.ListenConfig{
-		Control:   control(cfg),
+		Control:   control(cfg, listenCongestion(cfg, &offHost)),
 		KeepAlive: -1, // configure sets keep-alive on each accepted connection
 	}
 	ln, err := lc.Listen(context.Background(), listenNetwork(cfg.BindAddr), addr)
@@ -86,7 +92,7 @@ func Listen(cfg Config, port int) (*Listener, error) {
 		return nil, err
 	}
 	tl := ln.(*net.TCPListener)
-	return &Listener{ln: tl, cfg: cfg, port: tl.Addr().(*net.TCPAddr).Port}, nil
+	return &Listener{ln: tl, cfg: cfg, port: tl.Addr().(*net.TCPAddr).Port, offHost: offHost}, nil
 }
 
 // Accept waits for the next connection and returns it as a *Conn with the
@@ -104,8 +110,13 @@ func (l *Listener) Accept() (transport.Conn, error) {
 		tc.Close()
 		return nil, fmt.Errorf("tcp: accept from %s: setting socket options: %w", tc.RemoteAddr(), err)
 	}
+	l.settleCongestion(c, acceptedOnHost(c))
 	return c, nil
 }
+
+// acceptedOnHost reports whether an accepted connection's peer is on this
+// host; tests replace it to accept from "another host" over loopback.
+var acceptedOnHost = (*Conn).PeerOnHost
 
 // Close stops listening and unblocks Accept. Connections already accepted
 // stay open.

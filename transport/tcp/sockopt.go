@@ -8,14 +8,20 @@ import (
 
 // control returns the net.ListenConfig / net.Dialer Control hook that sets
 // the buffer sizes on the socket before it listens or connects, so the TCP
-// window scale negotiated in the handshake fits them. Accepted sockets
-// inherit the listener's sizes. It returns nil when there is nothing to set.
-func control(cfg Config) func(network, address string, rc syscall.RawConn) error {
+// window scale negotiated in the handshake fits them, and runs congestion
+// (the congestion control of a listening socket or of one about to
+// connect to address; see OnHostCongestion) when not nil. Accepted
+// sockets inherit the listener's sizes and algorithm. It returns nil when
+// there is nothing to set.
+func control(cfg Config, congestion func(address string, rc syscall.RawConn)) func(network, address string, rc syscall.RawConn) error {
 	recv, send := bufferSizes(cfg.BufferSize)
-	if recv == 0 && send == 0 {
+	if recv == 0 && send == 0 && congestion == nil {
 		return nil
 	}
-	return func(_, _ string, rc syscall.RawConn) error {
+	return func(_, address string, rc syscall.RawConn) error {
+		if congestion != nil {
+			congestion(address, rc)
+		}
 		return setBufferSizes(rc, recv, send)
 	}
 }

@@ -612,6 +612,9 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.BindAddr = "::" },
 		func(c *Config) { c.BindAddr = "localhost" },
 		func(c *Config) { c.MaxBackoff = c.InitialBackoff },
+		func(c *Config) { c.OnHostCongestion = "" },
+		func(c *Config) { c.OnHostCongestion = "bbr" },
+		func(c *Config) { c.OnHostCongestion = "no_such_cc_1234" }, // 15 characters: the kernel's to refuse
 	}
 	for i, mutate := range ok {
 		cfg := DefaultConfig()
@@ -635,6 +638,9 @@ func TestConfigValidate(t *testing.T) {
 		{"BufferSize", "-1", func(c *Config) { c.BufferSize = -1 }},
 		{"InitialBackoff", "0", func(c *Config) { c.InitialBackoff = 0 }},
 		{"MaxBackoff", "below-initial", func(c *Config) { c.MaxBackoff = c.InitialBackoff - 1 }},
+		{"OnHostCongestion", "16-characters", func(c *Config) { c.OnHostCongestion = "no_such_cc_12345" }},
+		{"OnHostCongestion", "space", func(c *Config) { c.OnHostCongestion = "cubic " }},
+		{"OnHostCongestion", "slash", func(c *Config) { c.OnHostCongestion = "../cubic" }},
 	} {
 		t.Run("field="+tc.field+"/value="+tc.value, func(t *testing.T) {
 			cfg := DefaultConfig()

@@ -38,6 +38,12 @@
 # The header names the processor (the first "model name" of
 # /proc/cpuinfo, with its family and model numbers) and the load average at the start and the end: figures
 # from different processors (AMD EPYC, Intel Xeon) are not comparable.
+# It also names the system's TCP congestion control, which Open MPI and
+# the C star use on loopback; starcomm and the raw relay use cubic on
+# links within a host (transport/tcp's OnHostCongestion). Where the
+# system's is bbr, its pacing slows loopback transfers; to give every
+# side cubic, run `sysctl -w net.ipv4.tcp_congestion_control=cubic`
+# (as root) first.
 #
 # Both sides run R processes on this host. Over TCP loopback:
 # starbench with -n R (a star through rank 0); MPI with the tcp and self
@@ -250,6 +256,7 @@ cpu_number=$(sed -n 's/^model[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/
 load_end=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 echo "# compare-mpi $(date -u +%Y-%m-%dT%H:%M:%SZ)  ranks=$RANKS  runs=$RUNS (interleaved)  repeats-scale=$REPEATS_SCALE  $(go env GOVERSION)  ${mpi_lib:-MPI} (tcp,self on lo; vader,self)"
 echo "# processor: $cpu_model  cpus=$cpus  load average: $load_start at the start, $load_end at the end"
+echo "# tcp congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown) (the system's: Open MPI, the C star); cubic on starcomm's and the raw relay's links within this host"
 echo "# each cell: the median of the $RUNS runs' medians [the smallest - the largest]; ratios: median over median"
 ((RUNS < 2)) || echo "# paired: the median of the runs' own ratios (each run's sides share the machine's mood of that moment, which moves between runs)"
 awk -v shm="$SHM" -v runs="$RUNS" '

@@ -48,6 +48,17 @@ func TestMain(m *testing.M) {
 	if plan := os.Getenv(envPlan); plan != "" {
 		os.Exit(fakeRank(plan))
 	}
+	// Under nohup, or as a script's background job, this process starts
+	// with SIGHUP or SIGINT ignored, and every child would inherit that
+	// (starrun then keeps them ignored, as it should), so the tests of a
+	// starrun that catches them would fail. A caught signal is reset to
+	// its default in a child: catching them here (and dropping them, as
+	// they were ignored) starts every child as from a terminal.
+	for _, sig := range []os.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if signal.Ignored(sig) {
+			signal.Notify(make(chan os.Signal, 1), sig)
+		}
+	}
 	code := m.Run()
 	if built.path != "" {
 		os.RemoveAll(filepath.Dir(built.path))

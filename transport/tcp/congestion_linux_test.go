@@ -60,9 +60,8 @@ func TestOnHostCongestion(t *testing.T) {
 
 // TestOffHostCongestion (not parallel: it swaps acceptedOnHost): a
 // connection accepted from a peer that is not on this host gets the
-// system's congestion control back from the listener,
-// and a Dialer sets OnHostCongestion only on a socket about to connect to
-// this host.
+// system's congestion control back from the listener, and a Dialer sets
+// OnHostCongestion only on a socket about to connect to this host.
 func TestOffHostCongestion(t *testing.T) {
 	system, other := systemCongestion(t), notSystem(t)
 	cfg := testConfig()
@@ -75,45 +74,23 @@ func TestOffHostCongestion(t *testing.T) {
 	if l.offHost != system {
 		t.Fatalf("listener: kept %q to give back to other hosts' connections, want the system's %q", l.offHost, system)
 	}
-	acc := acceptAsync(l)
-	d := await(t, dialAsync(t.Context(), NewDialer(cfg), l.Addr()), "Dial")
-	if d.err != nil {
-		t.Fatalf("Dial: %v", d.err)
-	}
-	defer d.c.Close()
-	a := await(t, acc, "Accept")
-	if a.err != nil {
-		t.Fatalf("Accept: %v", a.err)
-	}
-	defer a.c.Close()
-	accepted := a.c.(*Conn)
+	dialed, accepted := connect(t, l, cfg)
 	if got := congestion(accepted.rc); got != other {
 		t.Fatalf("accepted on-host connection: %q, want %q", got, other)
 	}
-	roundTrip(t, d.c, accepted)
+	roundTrip(t, dialed, accepted)
 
 	// A connection Accept takes as one from another host.
 	acceptedOnHost = func(*Conn) bool { return false }
 	defer func() { acceptedOnHost = (*Conn).PeerOnHost }()
-	acc = acceptAsync(l)
-	d2 := await(t, dialAsync(t.Context(), NewDialer(cfg), l.Addr()), "Dial")
-	if d2.err != nil {
-		t.Fatalf("Dial: %v", d2.err)
-	}
-	defer d2.c.Close()
-	a2 := await(t, acc, "Accept")
-	if a2.err != nil {
-		t.Fatalf("Accept: %v", a2.err)
-	}
-	defer a2.c.Close()
-	if got := congestion(a2.c.(*Conn).rc); got != system {
+	dialed2, accepted2 := connect(t, l, cfg)
+	if got := congestion(accepted2.rc); got != system {
 		t.Errorf("connection accepted from another host: %q, want the system's %q", got, system)
 	}
-	roundTrip(t, d2.c, a2.c)
+	roundTrip(t, dialed2, accepted2)
 
 	// The Dialer's hook, on a socket of the system's algorithm.
 	hook := dialCongestion(cfg)
-	dialed := d.c.(*Conn)
 	setCongestion(dialed.rc, system)
 	hook("192.0.2.1:29500", dialed.rc) // TEST-NET-1: no host's own address
 	if got := congestion(dialed.rc); got != system {

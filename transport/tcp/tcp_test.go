@@ -99,6 +99,13 @@ func pair(t *testing.T, cfg Config) (dialed, accepted *Conn) {
 		t.Fatalf("Listen: %v", err)
 	}
 	t.Cleanup(func() { l.Close() })
+	return connect(t, l, cfg)
+}
+
+// connect dials l with cfg's Dialer and accepts the connection: its two
+// ends, closed when the test ends.
+func connect(t *testing.T, l *Listener, cfg Config) (dialed, accepted *Conn) {
+	t.Helper()
 	acc := acceptAsync(l)
 	d := await(t, dialAsync(t.Context(), NewDialer(cfg), l.Addr()), "Dial")
 	if d.err != nil {

@@ -227,7 +227,7 @@
 //
 // A large frame's waiting reads, over a transport that is a
 // transport.LowWaterReader (TCP), ask to be woken only once the rest of the
-// frame, or 1 MiB of it, is in the socket (SO_RCVLOWAT), and lower that mark
+// frame, or 256 KiB of it, is in the socket (SO_RCVLOWAT), and lower that mark
 // as the frame comes in, so that the reader never waits for bytes that
 // will not come; after the frame the mark is back at 1. A reader woken for
 // every segment contends with its sender for the socket and, on a host with

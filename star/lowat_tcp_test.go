@@ -23,14 +23,14 @@ import (
 
 // TestLargeFrameInPieces: a large frame that arrives in pieces of every
 // size, over real TCP, is read whole and right by a worker whose reads ask
-// to wake only once the rest of the frame, or a megabyte of it, is in the
+// to wake only once the rest of the frame, or 256 KiB of it, is in the
 // socket (SO_RCVLOWAT; see readFull). A mark left above what is still to
 // come would wait for bytes that never come: the worker would fail with a
 // timeout. The coordinator here is the test's, speaking the wire format: it
 // answers each allgatherv with an AllgathervRecv frame written in pieces
 // from 1 byte to 300 KB, pausing between them so that the worker's reads
 // find part of a piece, a whole piece or nothing, on either side of the
-// polling limit (256 KiB) and of the mark's cap (1 MiB).
+// polling limit and the mark's cap (both 256 KiB), up to 2.5 MB.
 func TestLargeFrameInPieces(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	w, co := tcpFakeCoordinator(t, 3*time.Second)

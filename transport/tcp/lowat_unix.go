@@ -11,8 +11,8 @@ import (
 // read that waits (and the network poller) is woken only once n bytes are
 // in the socket's receive queue, or at the end of the stream, an error or
 // memory pressure, whichever comes first; a read that finds fewer bytes
-// there returns them. It makes a frame of a megabyte arrive in one or two
-// reads instead of one per segment, and lets the reader sleep while the
+// there returns them. It makes a large frame arrive in a few reads
+// instead of one per segment, and lets the reader sleep while the
 // sender copies: on loopback the two ranks otherwise contend for the
 // socket, and on a machine with fewer cores than ranks, for the CPU. n <= 1
 // restores the default; Linux caps n at half the receive buffer. A value

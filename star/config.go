@@ -59,11 +59,10 @@ type Config struct {
 	// computing), or after a collective that moved a frame of more than
 	// 256 KiB (the copies bound those, and need the CPU), for Spin. So
 	// where a collective's round takes longer than Spin (more ranks than
-	// cores, a host whose wake-ups are slow),
-	// the ranks keep polling through it instead of parking and paying a
-	// wake-up each, and a rank that waits for a late peer burns at most
-	// SpinMax of CPU per collective, and Spin once the lateness exceeds
-	// SpinMax. Zero means the default, 1 ms; a value at or below Spin
+	// cores, a host whose wake-ups are slow), the ranks keep polling
+	// through it instead of parking and paying a wake-up each, and a rank
+	// that waits for a late peer burns at most SpinMax of CPU per
+	// collective, and Spin once the lateness exceeds SpinMax. Zero means the default, 1 ms; a value at or below Spin
 	// (negative included) keeps the spin at Spin.
 	SpinMax time.Duration
 	// Listener is where the coordinator accepts workers (rank 0 with

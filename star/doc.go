@@ -59,10 +59,10 @@
 // transport.HostLocal link says whether it is; workers on one host store
 // and forward every size, since there the copies, not a link, bound it,
 // and the relay's hand-offs only take CPU): once every AllgathervSend
-// header has arrived and been checked, the coordinator starts each worker's AllgathervRecv (rank 0's
-// region first) while the workers' regions still arrive, forwarding each
-// region as it comes in, so that its outgoing link never waits for the
-// incoming ones (where the network is the limit, stored and forwarded it
+// header has arrived and been checked, the coordinator starts each
+// worker's AllgathervRecv (rank 0's region first) while the workers'
+// regions still arrive, forwarding each region as it comes in, so that
+// its outgoing link never waits for the incoming ones (where the network is the limit, stored and forwarded it
 // would reach R/(R+1) of the link's speed). The bytes on the wire are the
 // same. A worker that fails in the middle of its region leaves the others'
 // AllgathervRecv cut short, so the Abort naming it goes on the control
